@@ -173,6 +173,10 @@ class AgentEnv(gym.Env[str, str]):
     def admissible_actions(self) -> list[str] | None:
         return None
 
+    def task_metadata(self) -> dict[str, Any]:
+        """JSON-serialisable facts about the current task for summaries (``family``, ``depth``...)."""
+        return {}
+
     def oracle_action(self) -> str:
         """A response (with tags) of a privileged expert for the current state."""
         raise NotImplementedError(f"{type(self).__name__} has no oracle policy")

@@ -318,6 +318,9 @@ class TextCraftEnv(AgentEnv):
         task = "Crafting commands:\n" + "\n".join(self.task.context) + f"\n\nGoal: {self.task.goal_text}"
         return {"task": task, "inventory": _inventory_text(self.inventory)}
 
+    def task_metadata(self) -> dict[str, Any]:
+        return {"family": self.task.family, "depth": self.task.depth}
+
     def progress(self) -> float | None:
         if self._won:
             return 1.0

@@ -1,0 +1,159 @@
+"""The ``agentgym`` command line.
+
+    agentgym list
+    agentgym eval ENV_ID --split S --policy P [--episodes N] [--seeds 0,1] [--trials T] --out results.jsonl
+    agentgym retrieval build|serve|search ...     (needs the retrieval extra)
+    agentgym alfworld generate --out DIR --n N --seed S
+    agentgym appworld setup [--root DIR]
+
+Progress bars go to stderr; tables to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Sequence
+
+__all__ = ["main"]
+
+# subcommand -> (module with main(argv), pip extra hint)
+_DELEGATED = {
+    "retrieval": ("retrieval.cli", "retrieval"),
+    "alfworld": ("agentgym.envs.alfworld.generate", "alfworld"),
+    "appworld": ("agentgym.envs.appworld.setup", None),
+}
+
+
+def _cmd_list(args) -> int:
+    from .registration import ENVS
+
+    rows = [("env id", "split", "available", "description")]
+    for e in ENVS:
+        for split, desc in e.splits.items():
+            ok, why = e.split_available(split)
+            rows.append((e.env_id, split, "yes" if ok else f"no: {why}", desc))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        print("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+    return 0
+
+
+def _parse_seeds(text: str) -> list[int]:
+    seeds: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part[1:]:
+            a, b = part.split("-", 1)
+            seeds.extend(range(int(a), int(b) + 1))
+        elif part:
+            seeds.append(int(part))
+    if not seeds:
+        raise argparse.ArgumentTypeError("no seeds given")
+    return seeds
+
+
+def _cmd_eval(args) -> int:
+    from .eval.grid import EvalGrid, run_grid
+    from .eval.summary import format_table, summarize
+    from .registration import get_entry
+    from .rollout.policy import load_policy
+
+    entry = get_entry(args.env_id)
+    split = args.split or entry.default_split
+    if split not in entry.splits:
+        print(f"error: {args.env_id} has no split {split!r}; splits: {', '.join(entry.splits)}", file=sys.stderr)
+        return 2
+    ok, why = entry.split_available(split)
+    if not ok:
+        print(f"error: {args.env_id} split {split!r} is not available here: {why}", file=sys.stderr)
+        return 2
+    policy = load_policy(args.policy)
+    env_kwargs = {}
+    for kv in args.env_arg or []:
+        k, _, v = kv.partition("=")
+        env_kwargs[k] = _literal(v)
+    grid = EvalGrid(env_id=args.env_id, split=split, episodes=args.episodes, seeds=args.seeds, trials=args.trials,
+                    env_kwargs=env_kwargs, max_turns=args.max_turns, workers=args.workers)
+    total = len(grid.episodes_list())
+    bar = _progress_bar(total, f"{args.env_id}/{split}")
+    rows = run_grid(grid, policy, args.out, policy_name=args.policy, progress=bar.update)
+    bar.close()
+    table = format_table(summarize(rows, by=args.by), args.format, by=args.by)
+    print(table)
+    return 0
+
+
+def _literal(v: str):
+    import ast
+
+    try:
+        return ast.literal_eval(v)
+    except (ValueError, SyntaxError):
+        return v
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _progress_bar(total: int, desc: str):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(total=total, desc=desc, file=sys.stderr, disable=not sys.stderr.isatty() and total > 10_000)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentgym", description="Environments and evaluation for multi-turn LLM agents")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="every env id, its splits and whether its data is available")
+    e = sub.add_parser("eval", help="score a grid of episodes; resumes from --out")
+    e.add_argument("env_id")
+    e.add_argument("--split", default=None, help="default: the env's default split")
+    e.add_argument("--policy", default="oracle", help="oracle | random | module:callable")
+    e.add_argument("--episodes", type=int, default=None, help="first N tasks of the split (required for "
+                                                                 "unbounded generated splits)")
+    e.add_argument("--seeds", type=_parse_seeds, default=[0], help="comma list or ranges, e.g. 0,1,5-7")
+    e.add_argument("--trials", type=int, default=1)
+    e.add_argument("--max-turns", type=int, default=None)
+    e.add_argument("--workers", type=int, default=0, help="worker processes for the envs (0 = in-process)")
+    e.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="extra env kwarg (repeatable)")
+    e.add_argument("--out", default="results.jsonl")
+    e.add_argument("--format", choices=("markdown", "csv", "json"), default="markdown")
+    e.add_argument("--by", default="family", help="results column to group the table by")
+    for name in _DELEGATED:
+        sp = sub.add_parser(name, help=f"{name} tools (see 'agentgym {name} --help')", add_help=False)
+        sp.add_argument("rest", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in _DELEGATED:
+        module, extra = _DELEGATED[argv[0]]
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            hint = f" Install it with: pip install 'agentgym[{extra}]'" if extra else ""
+            print(f"error: 'agentgym {argv[0]}' is unavailable ({e}).{hint}", file=sys.stderr)
+            return 2
+        return int(mod.main(argv[1:]) or 0)
+    args = _build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "list":
+        return _cmd_list(args)
+    if args.command == "eval":
+        return _cmd_eval(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Evaluation grids: tasks x seeds x trials of one env split, played with the group runner.
+
+An *episode* is ``(task_id, seed, trial)``: the env resets with ``seed`` and ``options={"task_id": task_id}``; a
+privileged policy draws from a generator seeded by ``(seed, digest(task_id), trial)``. Episodes already finished in the
+results file are skipped, so a killed run resumes where it stopped; each finished episode is appended and flushed
+at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..errors import TaskError
+from ..hashing import stable_digest
+from ..rollout.policy import EnvPolicy, Policy
+from ..rollout.runner import Trajectory, collect_groups
+from .results import ResultsFile
+
+__all__ = ["EvalGrid", "run_grid"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EvalGrid:
+    """What to evaluate."""
+
+    env_id: str
+    split: str
+    episodes: int | None = None  # first N tasks of the split (all of a file-backed split when None)
+    seeds: Sequence[int] = (0,)
+    trials: int = 1
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    max_turns: int | None = None
+    workers: int = 0
+    chunk: int = 64  # episodes played together per runner call
+
+    def task_ids(self) -> list[str]:
+        import agentgym
+
+        env = agentgym.make(self.env_id, split=self.split, **self.env_kwargs)
+        try:
+            ids = env.task_ids(self.episodes)
+        except TaskError:
+            raise
+        finally:
+            env.close()
+        return list(ids)
+
+    def episodes_list(self) -> list[tuple[str, int, int]]:
+        return [(t, int(s), k) for t in self.task_ids() for s in self.seeds for k in range(self.trials)]
+
+
+def run_grid(grid: EvalGrid, policy: Policy | EnvPolicy, out: str, *, policy_name: str = "",
+             progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Play every unfinished episode of ``grid``; return the latest row of every episode of the grid."""
+    results = ResultsFile(out)
+    done = results.done_keys()
+    todo = [e for e in grid.episodes_list() if (grid.env_id, grid.split, e[0], e[1], e[2]) not in done]
+    logger.info("%s/%s: %d episodes to play (%d already done)", grid.env_id, grid.split, len(todo),
+                len(grid.episodes_list()) - len(todo))
+    if progress is not None and len(todo) < len(grid.episodes_list()):
+        progress(len(grid.episodes_list()) - len(todo))
+    for start in range(0, len(todo), grid.chunk):
+        chunk = todo[start:start + grid.chunk]
+        t0 = time.perf_counter()
+
+        def record(traj: Trajectory, chunk=chunk, t0=t0) -> None:
+            task_id, seed, trial = chunk[traj.group_id]
+            row = {"env_id": grid.env_id, "split": grid.split, "policy": policy_name, **traj.summary(),
+                   "task_id": task_id, "seed": seed, "trial": trial,
+                   "wall_s": round(time.perf_counter() - t0, 4)}
+            row.pop("member", None)
+            results.append([row])
+            if progress is not None:
+                progress(1)
+
+        # One group of size 1 per episode. The policy generator is seeded by the episode's identity, so a resumed
+        # run plays each remaining episode exactly as an uninterrupted run would.
+        collect_groups(grid.env_id, [e[0] for e in chunk], 1, policy, seeds=[e[1] for e in chunk],
+                       policy_seeds=[(s, stable_digest(t), k) for t, s, k in chunk],
+                       env_kwargs={"split": grid.split, **grid.env_kwargs},
+                       max_turns=grid.max_turns, workers=grid.workers, on_trajectory=record)
+    keys = {(grid.env_id, grid.split, t, s, k) for t, s, k in grid.episodes_list()}
+    return [row for key, row in results.latest().items() if key in keys]

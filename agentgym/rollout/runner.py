@@ -1,0 +1,245 @@
+"""Group rollouts: B tasks x G rollouts per task, stepped turn by turn.
+
+``collect_groups`` plays one *group* per task: G episodes of the same task reset with the same seed (so every
+member sees the same first observation), differing only through the policy. Each turn it gathers the prompts of
+the unfinished episodes, asks the policy once for all of them (text policies) or each env's privileged policy, and
+steps only those episodes. It caps turns, records one :class:`TurnRecord` per turn, and turns any exception from the
+env or the policy into a typed :class:`~agentgym.errors.ErrorRecord` on that trajectory: such trajectories are
+*marked* and left out of the :class:`estimators.TrajectoryBatch`, never scored 0.
+
+The batch follows ../shared/docs/estimators_spec.md section 1.1: one row per turn, trajectories in rollout-major
+order, ``obs_hash`` of the observation the agent acted on, ``done`` on each trajectory's last turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import ErrorRecord, PolicyError, error_record
+from .backends import EnvFactory, make_pool
+from .policy import EnvPolicy, Policy
+
+__all__ = ["TurnRecord", "Trajectory", "RolloutResult", "collect_groups", "to_trajectory_batch"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TurnRecord:
+    """One agent turn: what it saw, what it said, what happened."""
+
+    turn_idx: int
+    prompt: str
+    obs_hash: int
+    response: str
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict
+
+
+@dataclass
+class Trajectory:
+    """One episode. ``error`` is set when the env or policy failed; such an episode is not scored."""
+
+    traj_id: int
+    group_id: int
+    task: Any
+    seed: int
+    member: int
+    task_id: str = ""
+    meta: dict = field(default_factory=dict)
+    first_observation: str = ""
+    turns: list[TurnRecord] = field(default_factory=list)
+    error: ErrorRecord | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.error is not None or bool(self.turns and (self.turns[-1].terminated or self.turns[-1].truncated))
+
+    @property
+    def won(self) -> bool:
+        return bool(self.turns and self.turns[-1].info.get("won"))
+
+    @property
+    def score(self) -> float:
+        return float(self.turns[-1].info.get("score", 0.0)) if self.turns else 0.0
+
+    @property
+    def total_reward(self) -> float:
+        return float(sum(t.reward for t in self.turns))
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.turns and self.turns[-1].truncated)
+
+    def summary(self) -> dict:
+        """A JSON-serialisable row for results files."""
+        last = self.turns[-1].info if self.turns else {}
+        return {"task_id": self.task_id, "seed": self.seed, "member": self.member, "won": self.won,
+                "score": self.score, "turns": len(self.turns), "total_reward": self.total_reward,
+                "truncated": self.truncated, "progress": last.get("progress"),
+                "invalid_actions": sum(not t.info.get("action_valid", True) for t in self.turns),
+                **self.meta, "error": self.error.to_dict() if self.error else None}
+
+
+@dataclass
+class RolloutResult:
+    trajectories: list[Trajectory]
+    batch: Any  # estimators.TrajectoryBatch, or None when no trajectory finished cleanly
+
+    @property
+    def errors(self) -> list[Trajectory]:
+        return [t for t in self.trajectories if t.error is not None]
+
+
+def _task_options(task: Any) -> dict | None:
+    if task is None:
+        return None
+    if isinstance(task, dict):
+        return {"task": task}
+    return {"task_id": str(task)}
+
+
+def collect_groups(env_id: str, tasks: Sequence[Any], group_size: int, policy: Policy | EnvPolicy, *,
+                   seed: int = 0, env_kwargs: dict | None = None, max_turns: int | None = None,
+                   workers: int = 0, on_trajectory: Callable[[Trajectory], None] | None = None,
+                   seeds: Sequence[int] | None = None,
+                   policy_seeds: Sequence[Sequence[int]] | None = None) -> RolloutResult:
+    """Play ``len(tasks)`` groups of ``group_size`` episodes.
+
+    Args:
+        env_id: a registered agentgym id.
+        tasks: per group, a task id (str), a task dict, or None (the env draws one from its seed).
+        group_size: G, episodes per group.
+        policy: a batched :class:`Policy` or an :class:`EnvPolicy`.
+        seed: group ``g`` resets with seed ``seed + g`` unless ``seeds`` gives one per group.
+        env_kwargs: passed to ``agentgym.make``; ``max_turns`` (if given) is added to them.
+        workers: 0 = in-process; N = N worker processes (same results).
+        on_trajectory: called with each trajectory as soon as it finishes (for append-as-you-go results files).
+        policy_seeds: per group, the integers that seed the privileged policy's generator (member index appended);
+            default ``(group seed, group index)``.
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    kwargs = dict(env_kwargs or {})
+    if max_turns is not None:
+        kwargs["max_turns"] = int(max_turns)
+    group_seeds = list(seeds) if seeds is not None else [seed + g for g in range(len(tasks))]
+    if len(group_seeds) != len(tasks):
+        raise ValueError(f"seeds has {len(group_seeds)} entries for {len(tasks)} tasks")
+    trajs = [Trajectory(traj_id=g * group_size + m, group_id=g, task=t, seed=int(group_seeds[g]), member=m)
+             for g, t in enumerate(tasks) for m in range(group_size)]
+    pseeds = [tuple(int(x) for x in p) for p in policy_seeds] if policy_seeds is not None else \
+        [(int(group_seeds[g]), g) for g in range(len(tasks))]
+    if len(pseeds) != len(tasks):
+        raise ValueError(f"policy_seeds has {len(pseeds)} entries for {len(tasks)} tasks")
+    pool = make_pool(EnvFactory(env_id, tuple(sorted(kwargs.items()))), len(trajs), workers)
+    try:
+        _play(pool, trajs, policy, on_trajectory, pseeds)
+    finally:
+        pool.close()
+    clean = [t for t in trajs if t.error is None and t.turns]
+    return RolloutResult(trajectories=trajs, batch=to_trajectory_batch(clean) if clean else None)
+
+
+def _finish(t: Trajectory, on_trajectory) -> None:
+    if on_trajectory is not None:
+        on_trajectory(t)
+
+
+def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds) -> None:
+    prompts: dict[int, str] = {}
+    last_info: dict[int, dict] = {}
+    resets = pool.call("reset", [(t.traj_id, t.seed, _task_options(t.task), (*pseeds[t.group_id], t.member))
+                                 for t in trajs])
+    for t, res in zip(trajs, resets):
+        if res.error is not None:
+            t.error = res.error
+            _finish(t, on_trajectory)
+            continue
+        obs, info, prompt, meta = res.value
+        t.task_id, t.meta, t.first_observation = info["task_id"], dict(meta), obs
+        prompts[t.traj_id], last_info[t.traj_id] = prompt, info
+    active = [t for t in trajs if t.error is None]
+    while active:
+        if isinstance(policy, EnvPolicy):
+            results = pool.call("act", [(t.traj_id, policy) for t in active])
+            responses = {}
+            for t, res in zip(active, results):
+                if res.error is not None:
+                    t.error = res.error
+                else:
+                    responses[t.traj_id] = res.value
+        else:
+            responses = _call_text_policy(policy, active, prompts)
+        for t in active:
+            if t.error is not None:
+                _finish(t, on_trajectory)
+        active = [t for t in active if t.error is None]
+        steps = pool.call("step", [(t.traj_id, responses[t.traj_id]) for t in active])
+        still = []
+        for t, res in zip(active, steps):
+            if res.error is not None:
+                t.error = res.error
+                _finish(t, on_trajectory)
+                continue
+            obs, reward, terminated, truncated, info, next_prompt = res.value
+            t.turns.append(TurnRecord(turn_idx=len(t.turns), prompt=prompts[t.traj_id],
+                                      obs_hash=int(last_info[t.traj_id]["obs_hash"]),
+                                      response=responses[t.traj_id], observation=obs, reward=reward,
+                                      terminated=terminated, truncated=truncated, info=info))
+            if terminated or truncated:
+                _finish(t, on_trajectory)
+            else:
+                prompts[t.traj_id], last_info[t.traj_id] = next_prompt, info
+                still.append(t)
+        active = still
+
+
+def _call_text_policy(policy: Policy, active: list[Trajectory], prompts: dict[int, str]) -> dict[int, str]:
+    batch = [prompts[t.traj_id] for t in active]
+    try:
+        out = policy(batch)
+        if not isinstance(out, (list, tuple)) or len(out) != len(batch) or not all(isinstance(r, str) for r in out):
+            raise PolicyError(f"the policy must return one str per prompt ({len(batch)}), got "
+                              f"{type(out).__name__} of length {len(out) if hasattr(out, '__len__') else '?'}")
+    except BaseException as e:  # noqa: BLE001 - a failing policy marks the episodes, it does not kill the run
+        rec = error_record(e, "policy")
+        for t in active:
+            t.error = rec
+        return {}
+    return {t.traj_id: r for t, r in zip(active, out)}
+
+
+def to_trajectory_batch(trajs: Sequence[Trajectory]):
+    """The turn table (spec 1.1) of finished, error-free trajectories, in rollout-major order."""
+    from estimators import TrajectoryBatch
+
+    rows = [(t, r) for t in trajs for r in t.turns]
+    n = len(rows)
+    process = np.full(n, -1, dtype=np.int8)
+    for k, (_, r) in enumerate(rows):
+        ok = r.info.get("process_ok")
+        process[k] = -1 if ok is None else int(bool(ok))
+    last = {t.traj_id: len(t.turns) - 1 for t in trajs}
+    return TrajectoryBatch(
+        group_id=np.array([t.group_id for t, _ in rows], dtype=np.int64),
+        task_id=np.array([t.task_id for t, _ in rows], dtype=object),
+        traj_id=np.array([t.traj_id for t, _ in rows], dtype=np.int64),
+        turn_idx=np.array([r.turn_idx for _, r in rows], dtype=np.int32),
+        reward=np.array([r.reward for _, r in rows], dtype=np.float32),
+        done=np.array([r.turn_idx == last[t.traj_id] for t, r in rows], dtype=bool),
+        truncated=np.array([r.truncated for _, r in rows], dtype=bool),
+        success=np.array([t.score for t, _ in rows], dtype=np.float32),
+        obs_hash=np.array([r.obs_hash for _, r in rows], dtype=np.int64),
+        valid_action=np.array([bool(r.info.get("action_valid", True)) for _, r in rows], dtype=bool),
+        action_key=np.array([int(r.info.get("action_key", 0)) for _, r in rows], dtype=np.int64),
+        action_parsed=np.array([r.info.get("action") is not None for _, r in rows], dtype=bool),
+        process_ok=process,
+    )
