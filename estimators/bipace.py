@@ -1,0 +1,373 @@
+"""BiGPO and BiPACE (spec 4.3, 4.4; bipace.txt Sec. 3.4-3.5, Algorithm 1, App. F).
+
+* :func:`greedy_cosine_clusters`: Algorithm 1 (single pass, canonical order, float64 dot products, ``atol``).
+* :class:`HashNgram`: the zero-dependency character n-gram embedder (n = 3, D = 2048, counts, L2-normalized).
+* :func:`calibrate_eps`: the App. F binary search for a median cluster size in [4, 8].
+* :func:`pace_advantage`: PACE's ``diff`` and ``q`` estimators with the RLOO fallback.
+* estimators ``bigpo`` (state side: GiGPO's step term on cosine clusters) and ``bipace`` (+ PACE).
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from .batch import TrajectoryBatch
+from .configs import BiGPOConfig, BiPACEConfig
+from .gigpo import cluster_diagnostics, episode_term, step_returns, step_term
+from .primitives import group_labels
+from .registry import register
+from .result import AdvantageResult, finalize
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "greedy_cosine_clusters",
+    "cluster_groups",
+    "HashNgram",
+    "calibrate_eps",
+    "CalibrationResult",
+    "pace_advantage",
+    "bigpo",
+    "bipace",
+]
+
+# groups up to this many records use the Gram-matrix form of Algorithm 1 (one float64 GEMM per group, then O(n)
+# work per record); larger groups use the direct form (a matrix-vector product against the centroids per record)
+_GRAM_MAX = 1024
+
+
+def _greedy_direct(x: np.ndarray, thr: float) -> np.ndarray:
+    n, dim = x.shape
+    labels = np.empty(n, dtype=np.int64)
+    cent = np.empty((min(n, 64), dim), dtype=np.float64)
+    sizes: list[int] = []
+    k = 0
+    for i in range(n):
+        xi = x[i]
+        if k:
+            s = cent[:k] @ xi
+            j = int(np.argmax(s))  # ties -> lowest j
+            if 1.0 - float(s[j]) <= thr:
+                sizes[j] += 1
+                c = cent[j] + (xi - cent[j]) / sizes[j]
+                nrm = float(np.sqrt(c @ c))
+                if nrm > 0:  # an exactly antipodal pair (eps = 2) would leave a zero centroid: keep the old one
+                    cent[j] = c / nrm
+                labels[i] = j
+                continue
+        if k == cent.shape[0]:
+            cent = np.concatenate([cent, np.empty_like(cent)])
+        cent[k] = xi
+        sizes.append(1)
+        labels[i] = k
+        k += 1
+    return labels
+
+
+def _greedy_gram(gram: np.ndarray, thr: float) -> np.ndarray:
+    """Algorithm 1 on the Gram matrix: ``P[j, m]`` holds centroid_j . x_m for every record m, so each record
+    needs O(n) work. Centroid update: K' = (a K + b x_i)/||a K + b x_i|| with a = (|M|-1)/|M|, b = 1/|M| and
+    ||a K + b x_i||^2 = a^2 + 2ab (K . x_i) + b^2 (x_i . x_i) (K is unit-norm)."""
+    n = gram.shape[0]
+    labels = np.empty(n, dtype=np.int64)
+    P = np.empty((n, n), dtype=np.float64)
+    sizes: list[int] = []
+    k = 0
+    for i in range(n):
+        if k:
+            s = P[:k, i]
+            j = int(np.argmax(s))
+            sj = float(s[j])
+            if 1.0 - sj <= thr:
+                m = sizes[j] + 1
+                sizes[j] = m
+                a = (m - 1) / m
+                b = 1.0 / m
+                nrm2 = a * a + 2.0 * a * b * sj + b * b * float(gram[i, i])
+                if nrm2 > 0:
+                    P[j] = (a * P[j] + b * gram[i]) / np.sqrt(nrm2)
+                labels[i] = j
+                continue
+        P[k] = gram[i]
+        sizes.append(1)
+        labels[i] = k
+        k += 1
+    return labels
+
+
+def greedy_cosine_clusters(x: np.ndarray, eps: float, atol: float = 1e-6) -> np.ndarray:
+    """Algorithm 1 of bipace.txt (spec 4.3) on unit vectors ``x`` [n, D] taken in the given order.
+
+    Record i joins the centroid with the largest dot product (ties -> lowest index) when
+    ``1 - x_i . K <= eps + atol``, and that centroid moves to ``normalize(K + (x_i - K)/|M|)``; otherwise it opens
+    a new cluster. Dot products are float64. Returns cluster labels 0..K-1 in order of opening.
+    The result depends on the order for eps > 0 (spec 8, I3).
+    """
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"x must be [n, D], got shape {x.shape}")
+    n = x.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    thr = float(eps) + float(atol)
+    x64 = x.astype(np.float64)
+    if n <= _GRAM_MAX:
+        return _greedy_gram(x64 @ x64.T, thr)
+    return _greedy_direct(x64, thr)
+
+
+def _group_slices(batch: TrajectoryBatch) -> list[np.ndarray]:
+    """Row indices of each group in canonical (rollout-major) order."""
+    order = batch.canonical_order
+    if batch.n_turns == 0:
+        return []
+    g = batch.group_index[order]
+    cuts = np.flatnonzero(g[1:] != g[:-1]) + 1
+    return np.split(order, cuts)
+
+
+@dataclass
+class _Fingerprints:
+    x: np.ndarray | None  # [N, D] unit rows (None for the identity shortcut)
+    norm_min: float
+    gram_cache: dict = field(default_factory=dict)
+
+
+def cluster_groups(batch: TrajectoryBatch, eps: float, atol: float = 1e-6, x: np.ndarray | None = None,
+                   embedder: str = "embedding", _cache: dict | None = None) -> tuple[np.ndarray, int]:
+    """BiGPO partition of every group (spec 4.3): labels per turn row (global ids, in group order then opening
+    order) and the number of clusters. ``x`` overrides the fingerprints (default: ``batch.embedding``);
+    ``embedder="identity"`` uses the one-hot of ``obs_hash`` within the group."""
+    n = batch.n_turns
+    labels = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return labels, 0
+    thr = float(eps) + float(atol)
+    if embedder == "identity" and thr < 1.0:
+        # one-hot fingerprints: distinct hashes have dot 0 (distance 1 > thr) and a centroid of identical one-hots
+        # stays that one-hot, so Algorithm 1 returns exactly the hash partition (clusters in order of opening).
+        order = batch.canonical_order
+        lab, _ = group_labels(batch.group_index, batch.obs_hash)
+        # renumber by first appearance in canonical order
+        lab_c = lab[order]
+        uniq, first = np.unique(lab_c, return_index=True)
+        rank = np.empty(uniq.size, dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(uniq.size)
+        remap = np.zeros(int(lab.max()) + 1, dtype=np.int64)
+        remap[uniq] = rank
+        return remap[lab], int(uniq.size)
+    offset = 0
+    for rows in _group_slices(batch):
+        if embedder == "identity":
+            _, inv = np.unique(batch.obs_hash[rows], return_inverse=True)
+            xg = np.eye(int(inv.max()) + 1, dtype=np.float64)[inv.reshape(-1)]
+        else:
+            xg = x[rows] if x is not None else batch.embedding[rows]
+        if _cache is not None and xg.shape[0] <= _GRAM_MAX:
+            key = int(rows[0])
+            if key not in _cache:
+                x64 = xg.astype(np.float64)
+                _cache[key] = x64 @ x64.T
+            lab = _greedy_gram(_cache[key], thr)
+        else:
+            lab = greedy_cosine_clusters(xg, eps, atol)
+        labels[rows] = lab + offset
+        offset += int(lab.max()) + 1
+    return labels, offset
+
+
+class HashNgram:
+    """Character n-gram feature hashing (spec 4.3; our choice n = 3, D = 2048, count features, L2-normalized).
+
+    Each n-gram's UTF-8 bytes are hashed with CRC-32 (stable across processes and platforms) into one of ``dim``
+    buckets. A text shorter than n contributes itself as one gram; an empty text hashes a single NUL gram, so no
+    fingerprint is ever zero.
+    """
+
+    def __init__(self, n: int = 3, dim: int = 2048, lowercase: bool = False):
+        if n < 1 or dim < 1:
+            raise ValueError("HashNgram needs n >= 1 and dim >= 1")
+        self.n = n
+        self.dim = dim
+        self.lowercase = lowercase
+
+    def buckets(self, text: str) -> np.ndarray:
+        if self.lowercase:
+            text = text.lower()
+        if len(text) < self.n:
+            grams = [text or "\0"]
+        else:
+            grams = [text[i:i + self.n] for i in range(len(text) - self.n + 1)]
+        return np.fromiter((zlib.crc32(g.encode("utf-8")) % self.dim for g in grams), dtype=np.int64,
+                           count=len(grams))
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float64)
+        for i, t in enumerate(texts):
+            out[i] = np.bincount(self.buckets(t), minlength=self.dim)
+        out /= np.linalg.norm(out, axis=1, keepdims=True)
+        return out.astype(np.float32)
+
+
+@dataclass
+class CalibrationResult:
+    """App. F search result: the chosen eps, and every probe as (eps, median cluster size)."""
+
+    eps: float
+    probes: list[tuple[float, float]]
+    inside_target: bool
+
+
+def calibrate_eps(batch: TrajectoryBatch, x: np.ndarray | None = None, *, lo: float = 0.02, hi: float = 0.40,
+                  target: tuple[float, float] = (4.0, 8.0), max_probes: int = 6, atol: float = 1e-6,
+                  embedder: str = "embedding") -> CalibrationResult:
+    """Bipace.txt App. F (spec 4.3): binary search of eps in [lo, hi] with at most ``max_probes`` probes for a
+    median cluster size (over clusters, all groups pooled) inside ``target``.
+
+    Each probe is the midpoint of the current interval: a median below the target raises ``lo`` (coarser
+    clusters), above it lowers ``hi``; a probe inside the target ends the search and is returned. Otherwise the
+    probe whose median is closest to the target is returned (later probe on ties); the median is not guaranteed
+    to be monotone in eps.
+    """
+    probes: list[tuple[float, float]] = []
+    cache: dict = {}
+    for _ in range(max_probes):
+        eps = 0.5 * (lo + hi)
+        labels, n_c = cluster_groups(batch, eps, atol, x=x, embedder=embedder, _cache=cache)
+        med = float(np.median(np.bincount(labels, minlength=n_c))) if n_c else 0.0
+        probes.append((eps, med))
+        if target[0] <= med <= target[1]:
+            return CalibrationResult(eps, probes, True)
+        if med < target[0]:
+            lo = eps
+        else:
+            hi = eps
+    if not probes:
+        raise ValueError("max_probes must be >= 1")
+    dist = [max(target[0] - m, m - target[1], 0.0) for _, m in probes]
+    best = min(range(len(probes)), key=lambda i: (dist[i], -i))
+    return CalibrationResult(probes[best][0], probes, False)
+
+
+def pace_advantage(returns: np.ndarray, cluster: np.ndarray, n_clusters: int, key: np.ndarray,
+                   estimator: str = "q", fallback: str = "rloo") -> tuple[np.ndarray, dict[str, float]]:
+    """PACE (spec 4.4, bipace.txt Eqs. 4-7) within each cluster C, R = return-to-go, no std normalization.
+
+    * ``diff``: R_i - mean_{C!=(i)} R; if C!=(i) is empty: the RLOO fallback R_i - mean_{C \\ i} R
+      (``fallback="none"``: 0, our choice, since the peer mean is undefined).
+    * ``q``: Q(i) - V = mean_{C=(i)} R - mean_C R; if |C=(i)| = 1: the RLOO fallback
+      (``fallback="none"``: keep Q - V = R_i - V).
+    * singleton clusters: 0.
+
+    Returns (advantage per row, row-mix diagnostics).
+    """
+    R = np.asarray(returns, dtype=np.float64)
+    n = R.size
+    if n == 0:
+        return np.zeros(0), {"frac_rows_pace": 0.0, "frac_rows_fallback": 0.0, "frac_rows_singleton": 0.0,
+                             "frac_multi_clusters_with_ge2_keys": 0.0, "mean_unique_keys_per_multi_cluster": 0.0}
+    size = np.bincount(cluster, minlength=n_clusters).astype(np.float64)
+    ref = np.zeros(n_clusters)
+    ref[cluster[::-1]] = R[::-1]
+    y = R - ref[cluster]  # shifted by the cluster's first member: equal returns give exact zeros
+    n_C = size[cluster]
+    S_C = np.bincount(cluster, weights=y, minlength=n_clusters)[cluster]
+    ck, n_ck = group_labels(cluster, np.asarray(key))
+    n_eq = np.bincount(ck, minlength=n_ck).astype(np.float64)[ck]
+    S_eq = np.bincount(ck, weights=y, minlength=n_ck)[ck]
+    multi = n_C >= 2
+    safe1 = np.where(multi, n_C - 1.0, 1.0)
+    rloo = y - (S_C - y) / safe1
+    if estimator == "diff":
+        n_ne = n_C - n_eq
+        branch = n_ne > 0
+        base = (S_C - S_eq) / np.where(branch, n_ne, 1.0)
+        fb = rloo if fallback == "rloo" else np.zeros(n)
+        adv = np.where(branch, y - base, fb)
+    elif estimator == "q":
+        branch = n_eq >= 2
+        qv = S_eq / n_eq - S_C / n_C
+        adv = np.where(branch, qv, rloo if fallback == "rloo" else qv)
+    else:
+        raise ValueError(f"unknown PACE estimator {estimator!r} (q or diff)")
+    adv = np.where(multi, adv, 0.0)
+    # row-mix diagnostics (bipace.txt App. L "step_norm_reward_cacb" hook)
+    ck_cluster = np.zeros(n_ck, dtype=np.int64)
+    ck_cluster[ck] = cluster
+    keys_per_cluster = np.bincount(ck_cluster, minlength=n_clusters)
+    multi_c = size >= 2
+    diags = {
+        "frac_rows_pace": float(np.mean(multi & branch)),
+        "frac_rows_fallback": float(np.mean(multi & ~branch)),
+        "frac_rows_singleton": float(np.mean(~multi)),
+        "frac_multi_clusters_with_ge2_keys": float(np.mean(keys_per_cluster[multi_c] >= 2)) if multi_c.any() else 0.0,
+        "mean_unique_keys_per_multi_cluster": float(keys_per_cluster[multi_c].mean()) if multi_c.any() else 0.0,
+    }
+    return adv, diags
+
+
+def _fingerprints(batch: TrajectoryBatch, cfg: BiGPOConfig, name: str) -> tuple[np.ndarray | None, float]:
+    if cfg.embedder == "embedding":
+        batch.require(("embedding",), name)
+        return None, float(batch.embedding_norm_min)
+    if cfg.embedder == "identity":
+        batch.require(("obs_hash",), name)
+        return None, 1.0
+    if cfg.obs_text is None:
+        raise ValueError(f"{name}: embedder='hash_ngram' needs obs_text (one observation string per turn row)")
+    if len(cfg.obs_text) != batch.n_turns:
+        raise ValueError(f"{name}: obs_text has {len(cfg.obs_text)} entries for {batch.n_turns} turn rows")
+    x = HashNgram(cfg.hash_ngram_n, cfg.hash_ngram_dim)(list(cfg.obs_text))
+    return x, 1.0
+
+
+def _bigpo_like(batch: TrajectoryBatch, cfg: BiGPOConfig, name: str) -> AdvantageResult:
+    need = ["group_id", "traj_id", "turn_idx", "reward"]
+    if cfg.pace != "gigpo":
+        need.append("action_key")
+    if cfg.invalid_action_penalty > 0:
+        need.append("valid_action")
+    batch.require(need, name)
+    x, norm_min = _fingerprints(batch, cfg, name)
+    eps = cfg.resolved_eps()
+    diags: dict[str, float] = {}
+    if cfg.calibrate_eps:
+        cal = calibrate_eps(batch, x, atol=cfg.atol, embedder=cfg.embedder)
+        eps = cal.eps
+        diags["eps_calibration_probes"] = float(len(cal.probes))
+        diags["eps_calibration_inside_target"] = float(cal.inside_target)
+        logger.info("%s: calibrated eps=%.4f after probes %s", name, eps, cal.probes)
+    cluster, n_c = cluster_groups(batch, eps, cfg.atol, x=x, embedder=cfg.embedder)
+    ret = step_returns(batch, cfg.gamma, cfg.invalid_action_penalty, name)
+    a_ep = episode_term(batch, cfg, name)
+    diags.update(cluster_diagnostics(cluster, n_c))
+    if cfg.pace == "gigpo":
+        a_st = step_term(ret, cluster, n_c, cfg.mode)
+    else:
+        a_st, pd = pace_advantage(ret, cluster, n_c, batch.action_key, cfg.pace, cfg.fallback)
+        diags.update(pd)
+        if batch.has("action_parsed"):
+            diags["action_tag_parse_rate"] = float(batch.action_parsed.mean()) if batch.n_turns else 0.0
+    adv = a_ep + cfg.step_advantage_w * a_st
+    diags["eps_used"] = float(eps)
+    diags["n_clusters_per_group"] = float(n_c / batch.n_groups) if batch.n_groups else 0.0
+    diags["embed_norm_min"] = norm_min
+    return finalize(batch, name, cfg, adv, diagnostics=diags)
+
+
+@register("bigpo", BiGPOConfig)
+def bigpo(batch: TrajectoryBatch, cfg: BiGPOConfig) -> AdvantageResult:
+    """Spec 4.3: GiGPO with the exact-hash clusters replaced by greedy cosine clusters of the fingerprints
+    (state-only variant: ``pace="gigpo"`` by default)."""
+    return _bigpo_like(batch, cfg, "bigpo")
+
+
+@register("bipace", BiPACEConfig)
+def bipace(batch: TrajectoryBatch, cfg: BiPACEConfig) -> AdvantageResult:
+    """Spec 4.4: A(i) = A_ep(tau(i)) + w * A_PACE(i) on BiGPO clusters (default Q-style, RLOO fallback)."""
+    return _bigpo_like(batch, cfg, "bipace")

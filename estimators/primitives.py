@@ -1,0 +1,160 @@
+"""Shared primitives (spec section 2): group-bys, group normalization, return-to-go, broadcast to tokens.
+
+Everything here is vectorised numpy: group statistics use ``np.bincount`` over dense labels, groupings use
+``np.lexsort``; the only Python loops run over trajectory *depth* (return-to-go), never over rows.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+__all__ = [
+    "group_labels",
+    "group_normalize",
+    "return_to_go",
+    "discounted_suffix_sum",
+    "broadcast_to_tokens",
+    "NormMode",
+]
+
+NormMode = Literal["mean_norm", "mean_std_norm", "loo"]
+
+
+def group_labels(*keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense labels 0..U-1 for the distinct tuples of ``keys`` (numbered in sorted key order).
+
+    Equivalent to ``np.unique(np.stack(keys, 1), axis=0, return_inverse=True)`` but faster (one lexsort).
+    """
+    n = keys[0].shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    if len(keys) == 1:
+        order = np.argsort(keys[0], kind="stable")
+    else:
+        order = np.lexsort(keys[::-1])
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for k in keys:
+        ks = k[order]
+        change[1:] |= ks[1:] != ks[:-1]
+    lab_sorted = np.cumsum(change) - 1
+    labels = np.empty(n, dtype=np.int64)
+    labels[order] = lab_sorted
+    return labels, int(lab_sorted[-1]) + 1
+
+
+def _first_value(x: np.ndarray, labels: np.ndarray, n_labels: int) -> np.ndarray:
+    ref = np.zeros(n_labels, dtype=np.float64)
+    # repeated fancy assignment keeps the last write; reversing makes it the first member's value
+    ref[labels[::-1]] = x[::-1]
+    return ref
+
+
+def group_normalize(
+    x: np.ndarray,
+    labels: np.ndarray,
+    n_labels: int | None = None,
+    *,
+    mode: NormMode = "mean_std_norm",
+    ddof: int = 1,
+    delta: float = 1e-6,
+    var_eps: float = 0.0,
+    singleton: Literal["zero", "raw"] = "zero",
+) -> np.ndarray:
+    """Spec 2.1 ``norm(x; members, mode, ddof, delta)`` for every group of ``labels`` at once (float64).
+
+    * ``mean_norm``: x - mu; ``mean_std_norm``: (x - mu) / (sqrt(var_ddof + var_eps) + delta);
+      ``loo``: x - mean of the others = n/(n-1) (x - mu).
+    * Singletons give 0 (``singleton="zero"``) or the raw value x (``"raw"``: verl's mean 0 / std 1 convention).
+    * Means are taken after subtracting each group's first member, so a group of equal values gives exactly 0.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.int64)
+    if x.size == 0:
+        return np.zeros(0, dtype=np.float64)
+    if n_labels is None:
+        n_labels = int(labels.max()) + 1
+    counts = np.bincount(labels, minlength=n_labels).astype(np.float64)
+    ref = _first_value(x, labels, n_labels)
+    y = x - ref[labels]
+    safe = np.maximum(counts, 1.0)
+    mean_y = np.bincount(labels, weights=y, minlength=n_labels) / safe
+    dev = y - mean_y[labels]
+    if mode == "mean_norm":
+        out = dev
+    elif mode == "mean_std_norm":
+        var = np.bincount(labels, weights=dev * dev, minlength=n_labels) / np.maximum(counts - ddof, 1.0)
+        std = np.sqrt(var + var_eps)
+        out = dev / (std[labels] + delta)
+    elif mode == "loo":
+        out = dev * (counts / np.maximum(counts - 1.0, 1.0))[labels]
+    else:
+        raise ValueError(f"unknown normalization mode {mode!r} (expected mean_norm, mean_std_norm or loo)")
+    single = counts[labels] <= 1
+    if single.any():
+        out = np.where(single, x if singleton == "raw" else 0.0, out)
+    return out
+
+
+def discounted_suffix_sum(
+    values_canon: np.ndarray, seg_start: np.ndarray, seg_len: np.ndarray, gamma: float
+) -> np.ndarray:
+    """``out[k] = sum_{m>=k} gamma^(m-k) values[m]`` within contiguous segments (canonical layout).
+
+    Computed backward as ``out[k] = values[k] + gamma * out[k+1]``, exactly as a per-trajectory loop would, but
+    vectorised over segments: one numpy step per depth level (the loop runs ``max(seg_len)`` times).
+    """
+    v = np.asarray(values_canon, dtype=np.float64)
+    out = v.copy()
+    if v.size == 0 or seg_len.size == 0:
+        return out
+    order = np.argsort(-seg_len, kind="stable")
+    ends = (seg_start + seg_len - 1)[order]
+    lens = seg_len[order]
+    max_len = int(lens[0])
+    # number of segments with length > d, for every d
+    n_active = np.searchsorted(-lens, -np.arange(1, max_len + 1), side="right")
+    g = float(gamma)
+    for d in range(1, max_len):
+        idx = ends[: n_active[d]] - d
+        out[idx] = v[idx] + g * out[idx + 1]
+    return out
+
+
+def return_to_go(
+    reward: np.ndarray, traj_id: np.ndarray, turn_idx: np.ndarray, gamma: float = 0.95
+) -> np.ndarray:
+    """Spec 2.3: ``R_k = sum_{m=k}^{T-1} gamma^(m-k) r_m`` per trajectory, in the input row order (float64).
+
+    ``turn_idx`` must run 0..T-1 within each trajectory (any row order).
+    """
+    reward = np.asarray(reward, dtype=np.float64)
+    traj = np.asarray(traj_id)
+    turn = np.asarray(turn_idx, dtype=np.int64)
+    if reward.size == 0:
+        return reward.copy()
+    order = np.lexsort((turn, traj))
+    ts = traj[order]
+    starts = np.flatnonzero(np.r_[True, ts[1:] != ts[:-1]])
+    lens = np.diff(np.r_[starts, ts.size])
+    out_c = discounted_suffix_sum(reward[order], starts, lens, gamma)
+    out = np.empty_like(out_c)
+    out[order] = out_c
+    return out
+
+
+def broadcast_to_tokens(token_row: np.ndarray, turn_values: np.ndarray, fill: float = 0.0,
+                        dtype: type = np.float32) -> np.ndarray:
+    """Spec 2.4: ``A_tok[b, l] = A_turn[token_row[b, l]]`` where the token is a response token, ``fill`` elsewhere.
+
+    ``token_row`` is :attr:`TrajectoryBatch.token_row` (the turn-table row of each token, -1 off the mask).
+    """
+    turn_values = np.asarray(turn_values)
+    if token_row.size == 0:
+        return np.full(token_row.shape, fill, dtype=dtype)
+    if turn_values.size == 0:
+        return np.full(token_row.shape, fill, dtype=dtype)
+    vals = turn_values[np.maximum(token_row, 0)]
+    return np.where(token_row >= 0, vals, fill).astype(dtype)
