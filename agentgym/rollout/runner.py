@@ -114,7 +114,8 @@ def collect_groups(env_id: str, tasks: Sequence[Any], group_size: int, policy: P
     """Play ``len(tasks)`` groups of ``group_size`` episodes.
 
     Args:
-        env_id: a registered agentgym id.
+        env_id: a registered id; gymnasium's ``"module:EnvId"`` form imports ``module`` first, which is how a
+            custom env registered outside agentgym reaches worker processes.
         tasks: per group, a task id (str), a task dict, or None (the env draws one from its seed).
         group_size: G, episodes per group.
         policy: a batched :class:`Policy` or an :class:`EnvPolicy`.

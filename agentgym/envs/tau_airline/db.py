@@ -1,0 +1,88 @@
+"""One episode's copy of the airline database, as a copy-on-write overlay over the shared base DB.
+
+The base DB (300 flights, 500 users, 2,000 reservations; 7 MB of JSON) is parsed once per process and never
+mutated. A deep copy per episode would cost ~0.3 s, so an :class:`EpisodeDB` instead copies a record the first
+time a tool is about to change it (:meth:`EpisodeDB.mutable`) and keeps it in its own overlay. Reads see the
+overlay first. Two episodes therefore never share a mutable record, and resetting is free.
+
+Database equality (τ²'s DB-hash check) compares whole databases. Two overlays over the same base describe equal
+databases exactly when the records that differ from the base are equal, so :meth:`EpisodeDB.digest` hashes only
+those (canonical JSON, SHA-256). :meth:`EpisodeDB.materialize` builds the full DB for cross-checks.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any, Iterator
+
+__all__ = ["EpisodeDB", "TABLES", "canonical_json"]
+
+TABLES = ("flights", "users", "reservations")
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class EpisodeDB:
+    """A private, copy-on-write view of ``base`` (``{"flights": {...}, "users": {...}, "reservations": {...}}``)."""
+
+    def __init__(self, base: dict[str, dict[str, Any]]):
+        self._base = base
+        self._over: dict[str, dict[str, Any]] = {t: {} for t in TABLES}
+
+    # ---- reads (never copy; callers must not mutate what they get) ------------------------------------------
+    def peek(self, table: str, key: str) -> Any | None:
+        over = self._over[table]
+        if key in over:
+            return over[key]
+        return self._base[table].get(key)
+
+    def __contains__(self, item: tuple[str, str]) -> bool:
+        table, key = item
+        return key in self._over[table] or key in self._base[table]
+
+    def keys(self, table: str) -> Iterator[str]:
+        yield from self._base[table]
+        for k in self._over[table]:
+            if k not in self._base[table]:
+                yield k
+
+    def values(self, table: str) -> Iterator[Any]:
+        for k in self.keys(table):
+            yield self.peek(table, k)
+
+    # ---- writes ---------------------------------------------------------------------------------------------
+    def mutable(self, table: str, key: str) -> Any:
+        """The episode's own copy of a record, made on first use; raises KeyError when absent."""
+        over = self._over[table]
+        if key not in over:
+            over[key] = copy.deepcopy(self._base[table][key])
+        return over[key]
+
+    def insert(self, table: str, key: str, record: Any) -> None:
+        self._over[table][key] = record
+
+    # ---- comparison -----------------------------------------------------------------------------------------
+    def changes(self) -> dict[str, dict[str, Any]]:
+        """The records that differ from the base (new ones included), per table."""
+        out: dict[str, dict[str, Any]] = {}
+        for t in TABLES:
+            base = self._base[t]
+            diff = {k: v for k, v in self._over[t].items() if k not in base or base[k] != v}
+            if diff:
+                out[t] = diff
+        return out
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical changes: equal digests <=> equal databases (over the same base)."""
+        return hashlib.sha256(canonical_json(self.changes()).encode("utf-8")).hexdigest()
+
+    def materialize(self) -> dict[str, dict[str, Any]]:
+        """The full database as a new dict (slow: a deep copy of the base). For tests and exports."""
+        full = copy.deepcopy(self._base)
+        for t in TABLES:
+            full[t].update(copy.deepcopy(self._over[t]))
+        return full

@@ -1,0 +1,25 @@
+"""WebShop-v0: the 1,000-product WebShop of the GiGPO / BiPACE papers, in pure Python.
+
+See :mod:`.env` for the environment, :mod:`.pages` for the page state machine, :mod:`.search` for the BM25 engine,
+:mod:`.reward` for the scoring, :mod:`.goals` for goals and splits and :mod:`.catalog` for data loading.
+"""
+
+from ...registration import EnvEntry
+
+_DOCS = ("webshop/documents_1k.jsonl", None)
+
+ENTRY = EnvEntry(
+    env_id="WebShop-v0",
+    entry_point="agentgym.envs.webshop.env:WebShopEnv",
+    splits={
+        "test": "goals 0-499 of the global seed-0 list of the 6,910 synthetic goals (held out from train)",
+        "train": "goals 500-6,909 of the same list (shares products with test)",
+        "all": "all 6,910 synthetic goals of the seed-0 list",
+        "human": "the 13 human-written goals of the 1,000-product catalogue",
+    },
+    default_split="test",
+    extra="webshop",
+    requires=("regex",),
+    data={"test": _DOCS, "train": _DOCS, "all": _DOCS, "human": _DOCS},
+    description="WebShop (1,000 products, synthetic goals, text pages) with native BM25, reward and an oracle",
+)

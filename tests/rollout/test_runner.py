@@ -1,0 +1,126 @@
+"""The group runner: structure, the TrajectoryBatch, backends, typed errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import agentgym  # noqa: F401 - registers the env ids
+from agentgym.rollout.policy import OraclePolicy, RandomPolicy, load_policy
+from agentgym.rollout.runner import collect_groups
+
+sys.path.insert(0, str(Path(__file__).parent))
+import crashy_env  # noqa: E402,F401 - registers CrashyTextCraft-v0
+
+TASKS = ["gen-d2-0", "gen-d3-1", None]
+
+
+def test_groups_share_first_observation_and_columns():
+    res = collect_groups("TextCraft-v0", TASKS, 4, RandomPolicy(), env_kwargs={"split": "gen-depth2"},
+                         max_turns=12, seed=5)
+    assert len(res.trajectories) == 12 and not res.errors
+    for g in range(3):
+        members = [t for t in res.trajectories if t.group_id == g]
+        assert len({t.first_observation for t in members}) == 1
+        assert len({t.task_id for t in members}) == 1 and all(t.seed == 5 + g for t in members)
+    # Members of a group act with different generators, so they diverge.
+    assert len({tuple(r.response for r in t.turns) for t in res.trajectories if t.group_id == 0}) > 1
+    b = res.batch
+    n = sum(len(t.turns) for t in res.trajectories)
+    assert len(b) == n
+    assert b.reward.dtype == np.float32 and b.obs_hash.dtype == np.int64 and b.process_ok.dtype == np.int8
+    for t in res.trajectories:
+        rows = np.flatnonzero(b.traj_id == t.traj_id)
+        assert list(b.turn_idx[rows]) == list(range(len(t.turns)))
+        assert list(b.done[rows]) == [False] * (len(t.turns) - 1) + [True]
+        assert b.truncated[rows[-1]] == t.truncated and not b.truncated[rows[:-1]].any()
+        assert set(b.group_id[rows]) == {t.group_id} and set(b.task_id[rows]) == {t.task_id}
+        assert np.all(b.success[rows] == t.score)
+        # obs_hash of turn k is the hash of what the agent saw before acting.
+        assert b.obs_hash[rows[1]] == t.turns[0].info["obs_hash"]
+        assert list(b.valid_action[rows]) == [r.info["action_valid"] for r in t.turns]
+        assert list(b.action_key[rows]) == [r.info["action_key"] for r in t.turns]
+
+
+def test_turn_cap_truncates():
+    res = collect_groups("TextCraft-v0", ["gen-d3-0"], 2, RandomPolicy(), env_kwargs={"split": "gen-depth3"},
+                         max_turns=3)
+    for t in res.trajectories:
+        assert len(t.turns) <= 3
+        assert t.won or (t.truncated and len(t.turns) == 3)
+
+
+def test_oracle_groups_win():
+    res = collect_groups("TextCraft-v0", ["gen-d2-3", "gen-d4-0"], 2, OraclePolicy(),
+                         env_kwargs={"split": "gen-depth2"})
+    assert all(t.won for t in res.trajectories) and res.batch.success.min() == 1.0
+
+
+def test_worker_count_does_not_change_results():
+    kw = dict(env_kwargs={"split": "gen-depth2"}, max_turns=10, seed=11)
+    a = collect_groups("TextCraft-v0", TASKS, 3, RandomPolicy(), workers=0, **kw)
+    b = collect_groups("TextCraft-v0", TASKS, 3, RandomPolicy(), workers=2, **kw)
+    assert [t.summary() for t in a.trajectories] == [t.summary() for t in b.trajectories]
+    assert [[r.response for r in t.turns] for t in a.trajectories] == \
+           [[r.response for r in t.turns] for t in b.trajectories]
+    for k, v in a.batch.to_dict().items():
+        np.testing.assert_array_equal(v, b.batch.to_dict()[k], err_msg=k)
+
+
+def text_policy(prompts):
+    return ["<think>look</think><action>inventory</action>" for _ in prompts]
+
+
+def test_text_policy_batched_calls():
+    calls = []
+
+    def policy(prompts):
+        calls.append(len(prompts))
+        return text_policy(prompts)
+
+    res = collect_groups("TextCraft-v0", ["gen-d1-0", "gen-d1-1"], 3, policy, env_kwargs={"split": "gen-depth1"},
+                         max_turns=4)
+    assert calls == [6, 6, 6, 6]
+    assert all(len(t.turns) == 4 and t.truncated for t in res.trajectories)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_env_exception_becomes_typed_error(workers):
+    res = collect_groups("crashy_env:CrashyTextCraft-v0", ["gen-d2-0", "gen-d2-1"], 2, OraclePolicy(),
+                         env_kwargs={"crash_on_turn": 2, "crash_on_reset_task": "gen-d2-1"}, workers=workers)
+    step_fail = [t for t in res.trajectories if t.group_id == 0]
+    reset_fail = [t for t in res.trajectories if t.group_id == 1]
+    for t in step_fail:
+        assert t.error.kind == "env_crash" and t.error.stage == "step" and "simulated engine crash" in t.error.message
+        assert t.error.exception == "ValueError" and len(t.turns) == 1
+        assert t.summary()["error"]["kind"] == "env_crash"
+    for t in reset_fail:
+        assert t.error.stage == "reset" and t.error.exception == "OSError" and not t.turns
+    assert res.batch is None  # errored trajectories are marked, not scored
+
+
+def test_errored_trajectories_are_left_out_of_the_batch():
+    res = collect_groups("crashy_env:CrashyTextCraft-v0", ["gen-d2-0", "gen-d2-5"], 2, OraclePolicy(),
+                         env_kwargs={"crash_on_turn": 99, "crash_on_reset_task": "gen-d2-5"})
+    assert len(res.errors) == 2 and res.batch is not None
+    assert set(res.batch.group_id.tolist()) == {0}
+
+
+@pytest.mark.parametrize("policy", [
+    lambda prompts: 1 / 0,
+    lambda prompts: ["<action>inventory</action>"],  # wrong length
+    lambda prompts: [None for _ in prompts],
+])
+def test_bad_policy_becomes_policy_error(policy):
+    res = collect_groups("TextCraft-v0", ["gen-d1-0"], 2, policy, env_kwargs={"split": "gen-depth1"})
+    assert all(t.error is not None and t.error.kind == "policy_error" for t in res.trajectories)
+
+
+def test_load_policy_specs():
+    assert isinstance(load_policy("oracle"), OraclePolicy)
+    assert load_policy("test_runner:text_policy") is text_policy
+    with pytest.raises(Exception, match="unknown policy"):
+        load_policy("gpt")

@@ -1,0 +1,173 @@
+"""TextCraft-v0 dynamics, splits and policies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import agentgym
+from agentgym.errors import TaskError
+
+
+def play_oracle(env, options, seed=0, limit=200):
+    obs, info = env.reset(seed=seed, options=options)
+    for _ in range(limit):
+        obs, r, term, trunc, info = env.step(env.oracle_action())
+        assert info["process_ok"] is True, obs
+        if term or trunc:
+            return info, r
+    raise AssertionError("oracle did not finish")
+
+
+@pytest.fixture(scope="module")
+def gen_env():
+    return agentgym.make("TextCraft-v0", split="gen-depth2")
+
+
+def custom(targets, **kw):
+    return {"task": {"targets": targets, "task_id": "t", **kw}}
+
+
+def test_craft_get_inventory_and_win(gen_env):
+    env = gen_env
+    obs, info = env.reset(seed=0, options=custom({"stick": 1}))
+    assert "Goal: craft stick." in obs
+    _, r, term, _, info = env.step("<action>get 1 oak logs</action>")
+    assert info["process_ok"] and r == 0 and not term
+    obs, _, _, _, info = env.step("<action>craft 4 oak planks using 1 oak logs</action>")
+    assert obs == "Crafted 4 oak planks" and info["process_ok"]
+    obs, *_ = env.step("<action>inventory</action>")
+    assert obs == "Inventory: [oak planks] (4)"
+    obs, r, term, trunc, info = env.step("<action>Craft 4 stick using 2 oak planks.</action>")
+    assert (r, term, trunc, info["won"], info["score"], info["progress"]) == (1.0, True, False, True, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("command, fragment", [
+    ("craft 4 stick using 3 oak planks", "must match a recipe exactly"),   # wrong ingredient count
+    ("craft 8 stick using 2 oak planks", "must match a recipe exactly"),   # wrong output count (no batching)
+    ("craft 4 stick using 2 oak planks, 1 coal", "must match a recipe exactly"),  # extra ingredient
+    ("craft 4 stick using 2 planks", "generic ingredient"),                # generic tag not substituted
+    ("craft 4 stick using 2 birch planks", "need 2 birch planks (you have 0)"),  # missing ingredients
+    ("craft 1 planks using 1 oak logs", "generic family"),
+    ("craft 1 diamond using 9 dirt", "Could not find a valid recipe"),
+    ("get 1 stick", "Could not find stick"),                               # craftable: cannot be fetched
+    ("get 1 planks", "Could not find planks"),
+    ("get 0 oak logs", "at least 1"),
+])
+def test_failed_commands_are_clear_and_flagged(gen_env, command, fragment):
+    env = gen_env
+    env.reset(seed=0, options=custom({"stick": 1}))
+    env.step("<action>get 1 oak logs</action>")
+    env.step("<action>craft 4 oak planks using 1 oak logs</action>")
+    before = dict(env.inventory)
+    obs, r, term, _, info = env.step(f"<action>{command}</action>")
+    assert fragment in obs
+    assert info["process_ok"] is False and info["action_valid"] is True and r == 0 and not term
+    assert env.inventory == before
+
+
+def test_unknown_and_malformed_commands_are_invalid(gen_env):
+    env = gen_env
+    env.reset(seed=0, options=custom({"stick": 1}))
+    for bad in ("<action>jump</action>", "<action>craft 4 stick using two planks</action>", "get 1 oak logs"):
+        obs, r, *_, info = env.step(bad)
+        assert info["action_valid"] is False and info["process_ok"] is None and "Invalid action" in obs
+
+
+def test_batch_crafting_only_when_enabled():
+    env = agentgym.make("TextCraft-v0", split="gen-depth1", allow_batch_craft=True)
+    env.reset(seed=0, options=custom({"stick": 8}))
+    env.step("<action>get 2 oak logs</action>")
+    _, _, _, _, info = env.step("<action>craft 8 oak planks using 2 oak logs</action>")
+    assert info["process_ok"] and env.inventory == {"oak_planks": 8}
+
+
+def test_get_disabled_with_initial_inventory(gen_env):
+    env = gen_env
+    obs, _ = env.reset(seed=0, options=custom({"stick": 4}, initial_inventory={"oak_planks": 2}, allow_get=False))
+    assert "not available" in obs and "[oak planks] (2)" in obs
+    obs, _, _, _, info = env.step("<action>get 1 oak logs</action>")
+    assert info["process_ok"] is False and "initial inventory" in obs
+
+
+def test_bad_options_raise_task_error(gen_env):
+    with pytest.raises(TaskError, match="unknown reset options"):
+        gen_env.reset(options={"bogus": 1})
+    with pytest.raises(TaskError, match="unknown target"):
+        gen_env.reset(options=custom({"unobtainium": 1}))
+    with pytest.raises(TaskError):
+        agentgym.make("TextCraft-v0", split="nope")
+
+
+def test_generated_tasks_are_deterministic_and_of_their_depth():
+    for d in (1, 2, 3, 4):
+        env = agentgym.make("TextCraft-v0", split=f"gen-depth{d}")
+        a = [env.get_task(t) for t in env.task_ids(20)]
+        b = [env.get_task(t) for t in env.task_ids(20)]
+        assert a == b and all(t.depth == d for t in a)
+        assert all(env.graph.depth(next(iter(t.targets))) == d for t in a)
+        assert all(len(t.context) >= 1 for t in a)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_oracle_wins_100_generated_goals_per_depth(depth):
+    env = agentgym.make("TextCraft-v0", split=f"gen-depth{depth}")
+    for tid in env.task_ids(100):
+        info, r = play_oracle(env, {"task_id": tid})
+        assert info["won"] and r == 1.0, tid
+
+
+def test_oracle_wins_all_200_adapt_goals(shared_data):
+    env = agentgym.make("TextCraft-v0", split="adapt-test")
+    ids = env.task_ids()
+    assert len(ids) == 200
+    for tid in ids:
+        info, _ = play_oracle(env, {"task_id": tid})
+        assert info["won"], tid
+
+
+@pytest.mark.parametrize("split, n", [("train", 952), ("val", 98)])
+def test_oracle_wins_train_and_val(shared_data, split, n):
+    env = agentgym.make("TextCraft-v0", split=split)
+    ids = env.task_ids()
+    assert len(ids) == n
+    for tid in ids:
+        info, _ = play_oracle(env, {"task_id": tid})
+        assert info["won"], tid
+
+
+def test_random_policy_wins_rarely():
+    env = agentgym.make("TextCraft-v0", split="gen-depth2", max_turns=30)
+    wins = 0
+    for i, tid in enumerate(env.task_ids(60)):
+        env.reset(seed=i, options={"task_id": tid})
+        rng = np.random.default_rng(i)
+        while True:
+            *_, term, trunc, info = env.step(env.random_action(rng))
+            if term or trunc:
+                break
+        wins += info["won"]
+    assert wins <= 6, wins  # the oracle wins 60/60
+
+
+def test_prompt_contract():
+    env = agentgym.make("TextCraft-v0", split="gen-depth1", history_length=1)
+    obs, _ = env.reset(seed=0, options=custom({"stick": 1}))
+    first = env.prompt()
+    assert "Task context" in first and "Goal: craft stick." in first and "<action>" in first
+    assert "Prior to this step" not in first and "Current inventory: You are not carrying anything." in first
+    env.step("<action>get 1 oak logs</action>")
+    env.step("<action>inventory</action>")
+    p = env.prompt()
+    assert "already taken 2 step(s)" in p and "most recent 1 observations" in p
+    assert "[Observation 2: 'Got 1 oak logs', Action 2: 'inventory']" in p
+    assert env.prompt(history_length=0).count("Prior to this step") == 0
+    assert env.last_observation.startswith("Inventory:")
+
+
+def test_obs_hash_tracks_state_not_just_feedback(gen_env):
+    env = gen_env
+    env.reset(seed=0, options=custom({"stick": 1}))
+    *_, a = env.step("<action>get 1 oak logs</action>")
+    *_, b = env.step("<action>get 1 oak logs</action>")
+    assert a["obs_hash"] != b["obs_hash"]  # same text "Got 1 oak logs", different inventory
