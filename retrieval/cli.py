@@ -1,0 +1,147 @@
+"""Command line: ``build``, ``serve`` and ``search`` (hooked into ``agentgym retrieval ...``; also
+``python -m retrieval.cli ...``).
+
+* ``build --corpus F --out DIR [--kind flat|ivf|hnsw | --bm25] [--encoder M] [--query-prefix P]
+  [--passage-prefix P] [--chunk-words N --chunk-overlap M] [--batch-size B] [--device D] [--cpu]``
+* ``serve --index DIR [--host 127.0.0.1] [--port P] [--max-batch N] [--batch-wait-ms T] [--cpu]``
+* ``search --index DIR [--topk K] [--json] QUERY [QUERY ...]`` (``--index`` may also be a server URL)
+
+Exit status 0 on success, 2 on bad arguments or a retrieval error (the message goes to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Sequence
+
+from .errors import RetrievalError
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser(prog: str = "agentgym retrieval") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Build, serve and query retrieval indexes.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("build", help="build an index from a JSONL corpus {id,title,text}")
+    b.add_argument("--corpus", required=True, help="JSONL corpus file")
+    b.add_argument("--out", required=True, help="index directory to write")
+    kind = b.add_mutually_exclusive_group()
+    kind.add_argument("--kind", choices=("flat", "ivf", "hnsw", "bm25"), default=None,
+                      help="index type (default flat)")
+    kind.add_argument("--bm25", action="store_true", help="build a BM25 index (same as --kind bm25)")
+    b.add_argument("--encoder", default=None,
+                   help="sentence-transformers model path or name (default: the packaged all-MiniLM-L6-v2)")
+    b.add_argument("--query-prefix", default="", help='prefix for queries (e5: "query: ")')
+    b.add_argument("--passage-prefix", default="", help='prefix for passages (e5: "passage: ")')
+    b.add_argument("--e5", action="store_true", help='use e5 prefixes "query: " / "passage: "')
+    b.add_argument("--max-seq-length", type=int, default=256)
+    b.add_argument("--batch-size", type=int, default=64, help="encoding batch size")
+    b.add_argument("--device", default=None, help="encoder device (cpu, cuda, ...)")
+    b.add_argument("--chunk-words", type=int, default=None, help="split passages into windows of N words")
+    b.add_argument("--chunk-overlap", type=int, default=0, help="words shared by neighbouring chunks")
+    b.add_argument("--nlist", type=int, default=None, help="IVF cells")
+    b.add_argument("--nprobe", type=int, default=16, help="IVF cells searched per query")
+    b.add_argument("--hnsw-m", type=int, default=32)
+    b.add_argument("--cpu", action="store_true", help="keep the FAISS index on CPU even when a GPU is visible")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar while encoding")
+
+    s = sub.add_parser("serve", help="serve an index over HTTP (POST /retrieve, GET /health)")
+    s.add_argument("--index", required=True, help="index directory")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--max-batch", type=int, default=512, help="most queries per search call")
+    s.add_argument("--batch-wait-ms", type=float, default=2.0, help="wait for more requests to batch")
+    s.add_argument("--max-topk", type=int, default=100)
+    s.add_argument("--max-queries", type=int, default=512, help="most queries per request")
+    s.add_argument("--cpu", action="store_true", help="keep the FAISS index on CPU")
+
+    q = sub.add_parser("search", help="search an index directory or a server URL")
+    q.add_argument("--index", required=True, help="index directory or http://host:port")
+    q.add_argument("--topk", type=int, default=3)
+    q.add_argument("--json", action="store_true", help="print JSON lines instead of text")
+    q.add_argument("--timeout", type=float, default=30.0, help="client timeout for a server URL")
+    q.add_argument("queries", nargs="+", help="query text(s)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    return p
+
+
+def _build(args, out) -> None:
+    from .corpus import ChunkConfig, load_corpus
+    from .encoders import DEFAULT_MODEL, E5_PREFIXES, EncoderConfig
+    from .index import IndexParams, build_index
+
+    kind = "bm25" if args.bm25 else (args.kind or "flat")
+    corpus = load_corpus(args.corpus, ChunkConfig(args.chunk_words, args.chunk_overlap))
+    params = IndexParams(nlist=args.nlist, nprobe=args.nprobe, hnsw_m=args.hnsw_m,
+                         use_gpu=False if args.cpu else None)
+    encoder = None
+    if kind != "bm25":
+        qp, pp = E5_PREFIXES if args.e5 else (args.query_prefix, args.passage_prefix)
+        encoder = EncoderConfig(model=args.encoder or DEFAULT_MODEL, query_prefix=qp, passage_prefix=pp,
+                                max_seq_length=args.max_seq_length, batch_size=args.batch_size,
+                                device=args.device)
+    elif args.encoder:
+        raise RetrievalError("--encoder does not apply to a BM25 index")
+    index = build_index(corpus, kind, encoder=encoder, params=params, show_progress=not args.no_progress)
+    index.save(args.out)
+    print(f"built {kind} index of {len(corpus)} passages ({corpus.checksum}) in {args.out}", file=out)
+
+
+def _serve(args, out) -> None:
+    from .index import load_index
+    from .server import RetrievalServer, ServerConfig
+
+    index = load_index(args.index, use_gpu=False if args.cpu else None)
+    cfg = ServerConfig(host=args.host, port=args.port, max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
+                       max_topk=args.max_topk, max_queries=args.max_queries)
+    server = RetrievalServer(index, cfg)
+    print(f"serving {index.kind} index of {len(index)} passages on {server.url} (POST /retrieve, GET /health)",
+          file=out, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+def _search(args, out) -> None:
+    if args.index.startswith("http://"):
+        from .client import RetrievalClient
+
+        rows = RetrievalClient(args.index, timeout=args.timeout).search(args.queries, args.topk)
+    else:
+        from .index import load_index
+
+        rows = load_index(args.index).search(args.queries, args.topk)
+    for query, hits in zip(args.queries, rows):
+        if args.json:
+            print(json.dumps({"query": query, "hits": [dict(h.to_document(), score=h.score) for h in hits]},
+                             ensure_ascii=False), file=out)
+            continue
+        print(f"query: {query}", file=out)
+        if not hits:
+            print("  (no results)", file=out)
+        for h in hits:
+            text = h.passage.text if len(h.passage.text) <= 200 else h.passage.text[:197] + "..."
+            print(f"  {h.rank + 1}. [{h.score:.4f}] ({h.passage.id}) {h.passage.title}: {text}", file=out)
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "agentgym retrieval") -> int:
+    """Run one subcommand; returns the exit status."""
+    args = build_parser(prog).parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    out = sys.stdout  # the CLI's output is its product; library code logs instead
+    try:
+        {"build": _build, "serve": _serve, "search": _search}[args.command](args, out)
+    except (RetrievalError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(prog="python -m retrieval.cli"))

@@ -1,0 +1,427 @@
+"""Indexes behind one interface: FAISS Flat / IVF / HNSW over dense embeddings, and BM25 (bm25s, pure Python).
+
+Every index is a :class:`Retriever`: ``search(queries, topk) -> list[list[Hit]]`` (one list per query, best first,
+``min(topk, len(corpus))`` hits), ``save(dir)``, and ``metadata``. Build with :func:`build_index`, load with
+:func:`load_index`.
+
+An index directory holds ``meta.json`` (format version, kind, metric, dimension, encoder identity, corpus checksum,
+passage count, parameters), ``passages.jsonl`` and the engine's files (``index.faiss`` or ``bm25/``). Loading
+verifies the checksum of the passages and the vector count, and refuses an encoder whose identity differs from the
+one recorded (:class:`~retrieval.errors.EncoderMismatchError`).
+
+Dense indexes use inner product (cosine with the default normalized encoders) and run on GPUs when
+``faiss.get_num_gpus() > 0`` (Flat and IVF; FAISS has no GPU HNSW, which stays on CPU). Searches are serialized
+with a lock: concurrent BLAS calls from several threads oversubscribe the cores, so batching queries (see
+:mod:`retrieval.server`) is the way to throughput. faiss's ``distance_compute_blas_threshold`` is lowered so
+batched searches use BLAS.
+
+faiss, torch and bm25s are imported lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .corpus import ChunkConfig, Corpus, load_corpus, write_corpus
+from .encoders import Encoder, EncoderConfig, check_same_encoder, passage_text
+from .errors import (BadRequestError, EmptyIndexError, EncoderMismatchError, IndexFormatError,
+                     MissingDependencyError)
+from .types import Hit, Passage
+
+__all__ = ["IndexParams", "Retriever", "DenseIndex", "BM25Index", "build_index", "load_index", "INDEX_KINDS",
+           "DENSE_KINDS", "FORMAT_VERSION"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+DENSE_KINDS = ("flat", "ivf", "hnsw")
+INDEX_KINDS = DENSE_KINDS + ("bm25",)
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError as e:
+        raise MissingDependencyError("faiss-cpu", "dense (FAISS) indexes") from e
+    return faiss
+
+
+@dataclass(frozen=True)
+class IndexParams:
+    """Engine parameters (ignored where they do not apply).
+
+    Attributes:
+        nlist: IVF cells (None: about 4*sqrt(n), at most n/39 so each cell has training points).
+        nprobe: IVF cells visited per query.
+        hnsw_m / ef_construction / ef_search: HNSW graph degree and beam widths.
+        use_gpu: None: GPU when faiss sees one; False: CPU; True: GPU or an error.
+        blas_threshold: faiss's ``distance_compute_blas_threshold`` while searching (faiss-cpu's default 128000
+            keeps small batches off BLAS); None leaves faiss's value.
+        k1 / b: BM25 parameters (Pyserini's defaults, as Search-R1's BM25 baseline).
+        stopwords: BM25 stopword list name (``"en"``) or None.
+    """
+
+    nlist: int | None = None
+    nprobe: int = 16
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    use_gpu: bool | None = None
+    blas_threshold: int | None = 1
+    k1: float = 0.9
+    b: float = 0.4
+    stopwords: str | None = "en"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "IndexParams":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def _check_request(queries: Sequence[str], topk: int) -> None:
+    if isinstance(queries, str) or not isinstance(queries, (list, tuple)):
+        raise BadRequestError("queries must be a list of strings")
+    if not all(isinstance(q, str) for q in queries):
+        raise BadRequestError("every query must be a string")
+    if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
+        raise BadRequestError(f"topk must be a positive integer, got {topk!r}")
+
+
+class Retriever(ABC):
+    """The common interface of every index (see the module docstring)."""
+
+    kind: str
+
+    def __init__(self, corpus: Corpus, params: IndexParams):
+        self.corpus = corpus
+        self.params = params
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.corpus)
+
+    @property
+    def passages(self) -> tuple[Passage, ...]:
+        return self.corpus.passages
+
+    @abstractmethod
+    def _search(self, queries: list[str], k: int) -> tuple[list[list[int]], list[list[float]]]:
+        """Row indices and scores, best first, for k <= len(corpus)."""
+
+    def search(self, queries: Sequence[str], topk: int = 3) -> list[list[Hit]]:
+        """The ``topk`` best passages for each query (thread-safe; searches are serialized)."""
+        _check_request(queries, topk)
+        if not queries:
+            return []
+        k = min(int(topk), len(self.corpus))
+        with self._lock:
+            rows, scores = self._search(list(queries), k)
+        out = []
+        for r, s in zip(rows, scores):
+            hits = [Hit(self.corpus.passages[i], float(v), rank) for rank, (i, v) in
+                    enumerate((i, v) for i, v in zip(r, s) if i >= 0)]
+            out.append(hits)
+        return out
+
+    def metadata(self) -> dict:
+        return {"format_version": FORMAT_VERSION, "kind": self.kind, "n_passages": len(self.corpus),
+                "corpus_checksum": self.corpus.checksum, "corpus_source": self.corpus.source,
+                "chunking": self.corpus.chunking.to_dict(), "params": self.params.to_dict(), **self._meta()}
+
+    def _meta(self) -> dict:
+        return {}
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write the index to ``directory`` (created; existing index files are replaced)."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        write_corpus(self.corpus.passages, d / "passages.jsonl")
+        self._save_engine(d)
+        meta = dict(self.metadata(), created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        # meta.json last: a directory with meta.json is complete.
+        (d / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        return d
+
+    @abstractmethod
+    def _save_engine(self, d: Path) -> None: ...
+
+
+class DenseIndex(Retriever):
+    """A FAISS index of passage embeddings (kind ``flat``, ``ivf`` or ``hnsw``), with the encoder for queries."""
+
+    def __init__(self, kind: str, corpus: Corpus, encoder: Encoder, index, params: IndexParams, on_gpu: bool):
+        super().__init__(corpus, params)
+        if kind not in DENSE_KINDS:
+            raise ValueError(f"dense kind must be one of {DENSE_KINDS}, got {kind!r}")
+        self.kind, self.encoder, self.index, self.on_gpu = kind, encoder, index, on_gpu
+        self.dim = int(index.d)
+        if int(index.ntotal) != len(corpus):
+            raise EmptyIndexError(f"the {kind} index holds {index.ntotal} vectors for {len(corpus)} passages")
+        self._configure()
+
+    def _configure(self) -> None:
+        faiss = _faiss()
+        if self.params.blas_threshold is not None:
+            faiss.cvar.distance_compute_blas_threshold = int(self.params.blas_threshold)
+        if self.kind == "ivf":
+            idx = self.index
+            if self.on_gpu:
+                idx.nprobe = self.params.nprobe  # GpuIndexIVF exposes nprobe directly
+            else:
+                faiss.extract_index_ivf(idx).nprobe = self.params.nprobe
+        elif self.kind == "hnsw":
+            self.index.hnsw.efSearch = self.params.ef_search
+
+    def _meta(self) -> dict:
+        return {"metric": "inner_product", "dim": self.dim, "encoder": self.encoder.config.identity(),
+                "encoder_config": self.encoder.config.to_dict()}
+
+    def search_vectors(self, vectors, topk: int):
+        """Raw FAISS search of query vectors (float32, (n, dim)) -> (scores, row ids)."""
+        import numpy as np
+
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
+            raise EncoderMismatchError(f"query vectors have shape {vectors.shape}; this index has dim {self.dim}")
+        with self._lock:
+            return self.index.search(vectors, min(int(topk), len(self.corpus)))
+
+    def _search(self, queries, k):
+        qv = self.encoder.encode_queries(queries)
+        scores, ids = self.index.search(qv, k)
+        return ids.tolist(), scores.tolist()
+
+    def _save_engine(self, d: Path) -> None:
+        faiss = _faiss()
+        idx = faiss.index_gpu_to_cpu(self.index) if self.on_gpu else self.index
+        tmp = d / "index.faiss.tmp"
+        faiss.write_index(idx, str(tmp))
+        os.replace(tmp, d / "index.faiss")
+
+
+def _want_gpu(use_gpu: bool | None, kind: str) -> bool:
+    faiss = _faiss()
+    n = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    if use_gpu is True and n == 0:
+        raise MissingDependencyError("faiss-gpu", "use_gpu=True (faiss sees no GPU)")
+    if kind == "hnsw":
+        if use_gpu:
+            logger.warning("FAISS has no GPU HNSW index; the hnsw index stays on CPU")
+        return False
+    return n > 0 if use_gpu is None else bool(use_gpu)
+
+
+def _to_gpu(index):
+    faiss = _faiss()
+    return faiss.index_cpu_to_all_gpus(index)
+
+
+def _new_faiss_index(kind: str, dim: int, n: int, params: IndexParams, vectors):
+    faiss = _faiss()
+    if kind == "flat":
+        return faiss.IndexFlatIP(dim)
+    if kind == "hnsw":
+        idx = faiss.IndexHNSWFlat(dim, params.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        idx.hnsw.efConstruction = params.ef_construction
+        return idx
+    nlist = params.nlist or max(1, int(4 * math.sqrt(n)))
+    nlist = max(1, min(nlist, n // 39 or 1))
+    quantizer = faiss.IndexFlatIP(dim)
+    idx = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    idx.train(vectors)
+    if not idx.is_trained:
+        raise EmptyIndexError("the IVF index did not train")
+    return idx
+
+
+def _as_encoder(encoder: Encoder | EncoderConfig | str | None) -> Encoder:
+    if isinstance(encoder, Encoder):
+        return encoder
+    if isinstance(encoder, str):
+        encoder = EncoderConfig(model=encoder)
+    return Encoder(encoder)
+
+
+def build_dense(corpus: Corpus, kind: str, encoder: Encoder | EncoderConfig | str | None = None,
+                params: IndexParams | None = None, show_progress: bool = False) -> DenseIndex:
+    """Encode the corpus and build a FAISS index of ``kind``."""
+    params = params or IndexParams()
+    enc = _as_encoder(encoder)
+    texts = [passage_text(p.title, p.text) for p in corpus.passages]
+    vectors = enc.encode_passages(texts, show_progress=show_progress)
+    return dense_from_vectors(corpus, kind, enc, vectors, params)
+
+
+def dense_from_vectors(corpus: Corpus, kind: str, encoder: Encoder, vectors, params: IndexParams) -> DenseIndex:
+    """A FAISS index of precomputed passage ``vectors`` (row i is passage i)."""
+    import numpy as np
+
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[0] != len(corpus) or vectors.shape[0] == 0:
+        raise EmptyIndexError(f"got vectors of shape {vectors.shape} for {len(corpus)} passages")
+    if vectors.shape[1] != encoder.dim:
+        raise EncoderMismatchError(f"vectors have dim {vectors.shape[1]}, the encoder {encoder.dim}")
+    index = _new_faiss_index(kind, vectors.shape[1], vectors.shape[0], params, vectors)
+    on_gpu = _want_gpu(params.use_gpu, kind)
+    if on_gpu:
+        index = _to_gpu(index)
+    index.add(vectors)
+    return DenseIndex(kind, corpus, encoder, index, params, on_gpu)
+
+
+class BM25Index(Retriever):
+    """Okapi BM25 over title + text with the ``bm25s`` package (sparse matrices; no Java). Lower-cased word
+    tokens, English stopwords removed, no stemming. Passages that share no term with the query are not returned,
+    so a query may get fewer than ``topk`` hits (none for a query of unknown words)."""
+
+    kind = "bm25"
+
+    def __init__(self, corpus: Corpus, params: IndexParams, model=None, tokenizer=None):
+        super().__init__(corpus, params)
+        bm25s = _bm25s()
+        from bm25s.tokenization import Tokenizer
+
+        if model is None:
+            tokenizer = Tokenizer(stopwords=params.stopwords or [], stemmer=None)
+            ids = tokenizer.tokenize([passage_text(p.title, p.text) for p in corpus.passages],
+                                     update_vocab=True, return_as="ids", show_progress=False)
+            model = bm25s.BM25(k1=params.k1, b=params.b)
+            model.index(ids, show_progress=False)
+        self.model, self.tokenizer = model, tokenizer
+        n_docs = int(getattr(model, "scores", {}).get("num_docs", len(corpus)))
+        if n_docs != len(corpus):
+            raise EmptyIndexError(f"the BM25 index holds {n_docs} documents for {len(corpus)} passages")
+
+    def _meta(self) -> dict:
+        return {"metric": "bm25", "dim": None, "encoder": None}
+
+    def _search(self, queries, k):
+        ids = self.tokenizer.tokenize(queries, update_vocab=False, return_as="ids", show_progress=False)
+        rows, scores = self.model.retrieve(ids, k=k, show_progress=False, n_threads=0)
+        rows, scores = rows.tolist(), scores.tolist()
+        # A score of 0 means no query term occurs in the passage: not a match, so it is not returned.
+        keep = [[(i if v > 0 else -1) for i, v in zip(r, s)] for r, s in zip(rows, scores)]
+        return keep, scores
+
+    def _save_engine(self, d: Path) -> None:
+        out = d / "bm25"
+        if out.exists():
+            shutil.rmtree(out)
+        self.model.save(str(out), show_progress=False)
+        self.tokenizer.save_vocab(str(out))
+
+    @classmethod
+    def load(cls, d: Path, corpus: Corpus, params: IndexParams) -> "BM25Index":
+        bm25s = _bm25s()
+        from bm25s.tokenization import Tokenizer
+
+        model = bm25s.BM25.load(str(d / "bm25"))
+        tok = Tokenizer(stopwords=params.stopwords or [], stemmer=None)
+        tok.load_vocab(str(d / "bm25"))
+        return cls(corpus, params, model=model, tokenizer=tok)
+
+
+def _bm25s():
+    try:
+        import bm25s
+    except ImportError as e:
+        raise MissingDependencyError("bm25s", "BM25 retrieval") from e
+    return bm25s
+
+
+def build_index(corpus: Corpus | str | os.PathLike, kind: str = "flat",
+                encoder: Encoder | EncoderConfig | str | None = None, params: IndexParams | None = None,
+                chunking: ChunkConfig | None = None, show_progress: bool = False) -> Retriever:
+    """Build an index of ``kind`` (``flat``, ``ivf``, ``hnsw``, ``bm25``) over a corpus or a corpus file.
+
+    ``encoder`` (dense kinds only) is an :class:`Encoder`, an :class:`EncoderConfig`, a model name/path, or None
+    for the default MiniLM.
+    """
+    if kind not in INDEX_KINDS:
+        raise ValueError(f"index kind must be one of {INDEX_KINDS}, got {kind!r}")
+    if not isinstance(corpus, Corpus):
+        corpus = load_corpus(corpus, chunking)
+    elif chunking is not None:
+        raise ValueError("chunking applies when loading a corpus file; chunk the Corpus yourself")
+    params = params or IndexParams()
+    if kind == "bm25":
+        if encoder is not None:
+            raise ValueError("a BM25 index takes no encoder")
+        return BM25Index(corpus, params)
+    return build_dense(corpus, kind, encoder, params, show_progress)
+
+
+def read_metadata(directory: str | os.PathLike) -> dict:
+    d = Path(directory)
+    meta_path = d / "meta.json"
+    if not meta_path.is_file():
+        raise IndexFormatError(f"{d} is not an index directory (no meta.json)")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise IndexFormatError(f"{meta_path}: invalid JSON ({e.msg})") from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise IndexFormatError(f"{meta_path}: format_version {meta.get('format_version')!r}, this code reads "
+                               f"{FORMAT_VERSION}")
+    if meta.get("kind") not in INDEX_KINDS:
+        raise IndexFormatError(f"{meta_path}: unknown index kind {meta.get('kind')!r}")
+    return meta
+
+
+def load_index(directory: str | os.PathLike, encoder: Encoder | EncoderConfig | str | None = None,
+               use_gpu: bool | None = None) -> Retriever:
+    """Load an index saved by :meth:`Retriever.save`.
+
+    For dense indexes, ``encoder=None`` loads the encoder recorded in the metadata; a given encoder must have the
+    same identity (model name, prefixes, normalization, max length) and dimension, else
+    :class:`~retrieval.errors.EncoderMismatchError`. Raises :class:`~retrieval.errors.IndexFormatError` when the
+    passages do not match the recorded checksum or count.
+    """
+    d = Path(directory)
+    meta = read_metadata(d)
+    corpus = load_corpus(d / "passages.jsonl")
+    corpus = Corpus(corpus.passages, corpus.checksum, meta.get("corpus_source", ""),
+                    ChunkConfig(**meta.get("chunking", {})))
+    if corpus.checksum != meta.get("corpus_checksum") or len(corpus) != meta.get("n_passages"):
+        raise IndexFormatError(f"{d}: passages.jsonl ({len(corpus)} passages, {corpus.checksum}) does not match "
+                               f"meta.json ({meta.get('n_passages')} passages, {meta.get('corpus_checksum')})")
+    params = IndexParams.from_dict(meta.get("params", {}))
+    if use_gpu is not None:
+        params = IndexParams.from_dict(dict(params.to_dict(), use_gpu=use_gpu))
+    if meta["kind"] == "bm25":
+        if encoder is not None:
+            raise EncoderMismatchError(f"{d} is a BM25 index; it takes no encoder")
+        return BM25Index.load(d, corpus, params)
+    built = meta.get("encoder") or {}
+    if encoder is None:
+        enc = Encoder(EncoderConfig.from_dict(meta.get("encoder_config", {})))
+    else:
+        given = encoder.config if isinstance(encoder, Encoder) else (
+            EncoderConfig(model=encoder) if isinstance(encoder, str) else encoder)
+        check_same_encoder(built, given.identity())
+        enc = _as_encoder(encoder)
+    if enc.dim != meta.get("dim"):
+        raise EncoderMismatchError(f"encoder {enc.config.model!r} has dim {enc.dim}; the index has {meta.get('dim')}")
+    faiss = _faiss()
+    path = d / "index.faiss"
+    if not path.is_file():
+        raise IndexFormatError(f"{d}: index.faiss is missing")
+    index = faiss.read_index(str(path))
+    on_gpu = _want_gpu(params.use_gpu, meta["kind"])
+    if on_gpu:
+        index = _to_gpu(index)
+    if int(index.d) != meta.get("dim"):
+        raise IndexFormatError(f"{path}: dim {index.d} but meta.json says {meta.get('dim')}")
+    return DenseIndex(meta["kind"], corpus, enc, index, params, on_gpu)
