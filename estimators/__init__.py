@@ -43,6 +43,7 @@ This package is a leaf: numpy only, no trainer, no ``agentgym``.
 """
 
 from . import a2tgpo, bipace, gigpo, gvpo, outcome, pvpo, sgcd  # noqa: F401  (fill the registry)
+from .a2tgpo import a2tgpo_components, clip_scale_from_ig
 from .action_keys import action_keys, action_tag, first_n, parse_action
 from .batch import BatchValidationError, MissingColumnError, TrajectoryBatch
 from .bipace import (CalibrationResult, HashNgram, calibrate_eps, cluster_groups, greedy_cosine_clusters,
@@ -66,5 +67,5 @@ __all__ = [
     "greedy_cosine_clusters", "cluster_groups", "HashNgram", "calibrate_eps", "CalibrationResult",
     "pace_advantage", "first_n", "action_tag", "action_keys", "parse_action", "cluster_diagnostics",
     "hgpo_levels", "StaticValueTable", "prerollout_filter", "select_gt_injections", "GTTrajectory", "inject_gt",
-    "support_divergence", "segment_scores", "sgcd_weights",
+    "support_divergence", "segment_scores", "sgcd_weights", "a2tgpo_components", "clip_scale_from_ig",
 ]

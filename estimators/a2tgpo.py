@@ -7,6 +7,8 @@ Turn roles: a row is *final* when ``done`` is true or ``is_final_answer`` is tru
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .batch import BatchValidationError, TrajectoryBatch
@@ -16,7 +18,7 @@ from .primitives import discounted_suffix_sum, group_labels, group_normalize
 from .registry import register
 from .result import AdvantageResult, finalize
 
-__all__ = ["a2tgpo", "igpo", "turn_group_normalize", "clip_scale_from_ig"]
+__all__ = ["a2tgpo", "igpo", "a2tgpo_components", "turn_group_normalize", "clip_scale_from_ig"]
 
 _VAR_EPS = 1e-8
 _DELTA = 1e-6
@@ -48,12 +50,16 @@ def _roles(batch: TrajectoryBatch, name: str) -> tuple[np.ndarray, np.ndarray]:
     return final, process
 
 
-def _compute(batch: TrajectoryBatch, cfg: A2TGPOConfig, name: str) -> AdvantageResult:
+def a2tgpo_components(batch: TrajectoryBatch, cfg: A2TGPOConfig, name: str = "a2tgpo") -> dict[str, Any]:
+    """The pieces of spec 4.5 per turn row (float64): ``process`` (bool), and for ``turn_group``: ``ordinal``,
+    ``ig_norm`` (I~), ``outcome_adv`` (per trajectory), ``D``; for ``joint``: ``r_tilde``; always ``adv``,
+    ``kappa`` and ``diagnostics``."""
     batch.require(("group_id", "traj_id", "turn_idx", "reward", "info_gain"), name)
     n = batch.n_turns
     if n == 0:
-        return finalize(batch, name, cfg, np.zeros(0), turn_clip_scale=np.zeros(0))
+        return {"adv": np.zeros(0), "kappa": np.zeros(0), "process": np.zeros(0, dtype=bool), "diagnostics": {}}
     final, process = _roles(batch, name)
+    parts: dict[str, Any] = {"process": process}
     order = batch.canonical_order
     ig = np.where(process, batch.info_gain.astype(np.float64), 0.0)
     R = batch.traj_return
@@ -94,6 +100,7 @@ def _compute(batch: TrajectoryBatch, cfg: A2TGPOConfig, name: str) -> AdvantageR
             diags[f"ig_group_size_e{e}"] = float(sizes[lab[at]].mean())
             diags[f"D_std_e{e}"] = float(D[p_rows][at].std())
         diags["outcome_adv_std"] = float(a_out.std()) if a_out.size else 0.0
+        parts.update(ordinal=ordinal, ig_norm=ig_norm, outcome_adv=a_out, D=D)
     else:
         # IGPO: per-turn rewards (IG on process turns, the outcome on the trajectory's last turn) pooled over the
         # prompt group and z-normalized together, then accumulated backward over every turn
@@ -108,9 +115,17 @@ def _compute(batch: TrajectoryBatch, cfg: A2TGPOConfig, name: str) -> AdvantageR
         acc[order] = acc_c
         adv = cfg.alpha * acc
         kappa = np.where(process, clip_scale_from_ig(r_tilde, cfg.clip_lambda), 1.0)
+        parts.update(r_tilde=r_tilde)
     n_proc_traj = np.bincount(batch.traj_index, weights=process.astype(np.float64), minlength=batch.n_trajectories)
     diags["n_process_turns_mean"] = float(n_proc_traj.mean())
-    res = finalize(batch, name, cfg, adv, turn_clip_scale=kappa, diagnostics=diags)
+    parts.update(adv=adv, kappa=kappa, diagnostics=diags)
+    return parts
+
+
+def _compute(batch: TrajectoryBatch, cfg: A2TGPOConfig, name: str) -> AdvantageResult:
+    parts = a2tgpo_components(batch, cfg, name)
+    kappa = parts["kappa"]
+    res = finalize(batch, name, cfg, parts["adv"], turn_clip_scale=kappa, diagnostics=parts["diagnostics"])
     ks = res.clip_scale[batch.response_mask] if res.clip_scale is not None else kappa
     if ks.size:
         res.diagnostics.update(clip_scale_mean=float(ks.mean()), clip_scale_std=float(ks.std()),

@@ -128,6 +128,8 @@ def _coerce(name: str, value: Any) -> np.ndarray:
             return arr.astype(np.int64)
         if arr.dtype.kind in "USO":
             return arr.astype(str)
+        if arr.dtype.kind == "f":
+            return _coerce_int(name, arr, np.int64)
         raise BatchValidationError(name, f"expected int64 or str, got dtype {arr.dtype}")
     if dtype is np.bool_:
         arr = np.asarray(value)

@@ -72,11 +72,12 @@ def _greedy_direct(x: np.ndarray, thr: float) -> np.ndarray:
 def _greedy_gram(gram: np.ndarray, thr: float) -> np.ndarray:
     """Algorithm 1 on the Gram matrix: ``P[j, m]`` holds centroid_j . x_m for every record m, so each record
     needs O(n) work. Centroid update: K' = (a K + b x_i)/||a K + b x_i|| with a = (|M|-1)/|M|, b = 1/|M| and
-    ||a K + b x_i||^2 = a^2 + 2ab (K . x_i) + b^2 (x_i . x_i) (K is unit-norm)."""
+    ||a K + b x_i||^2 = a^2 ||K||^2 + 2ab (K . x_i) + b^2 (x_i . x_i)."""
     n = gram.shape[0]
     labels = np.empty(n, dtype=np.int64)
     P = np.empty((n, n), dtype=np.float64)
     sizes: list[int] = []
+    knorm2: list[float] = []  # ||K_j||^2: x_i . x_i for a fresh centroid, 1 once normalized
     k = 0
     for i in range(n):
         if k:
@@ -88,13 +89,15 @@ def _greedy_gram(gram: np.ndarray, thr: float) -> np.ndarray:
                 sizes[j] = m
                 a = (m - 1) / m
                 b = 1.0 / m
-                nrm2 = a * a + 2.0 * a * b * sj + b * b * float(gram[i, i])
+                nrm2 = a * a * knorm2[j] + 2.0 * a * b * sj + b * b * float(gram[i, i])
                 if nrm2 > 0:
                     P[j] = (a * P[j] + b * gram[i]) / np.sqrt(nrm2)
+                    knorm2[j] = 1.0
                 labels[i] = j
                 continue
         P[k] = gram[i]
         sizes.append(1)
+        knorm2.append(float(gram[i, i]))
         labels[i] = k
         k += 1
     return labels
