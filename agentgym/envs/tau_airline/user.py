@@ -1,0 +1,298 @@
+"""The simulated customer: one interface, a scripted implementation and a chat-model implementation.
+
+A :class:`UserSimulator` speaks first (:meth:`~UserSimulator.start`, answering the agent's fixed greeting as in
+τ²) and then answers each agent message (:meth:`~UserSimulator.respond`). It ends the conversation as τ² does, by
+putting a stop token in its message: ``###STOP###`` (done), ``###TRANSFER###`` (handed to a human) or
+``###OUT-OF-SCOPE###`` (the scenario does not say what to do); :func:`stop_reason` reads it.
+
+* :class:`ScriptedUser` (the default, no model needed, fully deterministic) replays the task's scenario: its first
+  message is the reason for the call and the known facts; each later message reveals the next paragraph of the
+  task instructions, in order; once they are exhausted it says it is done (``###STOP###``); a message announcing a
+  transfer to a human agent gets ``###TRANSFER###``. It quotes the scenario verbatim (second person), so it is a
+  replay for tests, oracles and smoke runs, not a role-player to benchmark agents against.
+* :class:`ChatUser` role-plays with a chat model: any callable ``messages -> str`` (OpenAI message dicts, from the
+  user's side: the agent speaks as ``user``, the simulator as ``assistant``). With a
+  :class:`ConversationCache`, each reply is stored on disk under a digest of the model settings and the whole
+  conversation so far, so a rerun replays the recorded conversation exactly without calling the model; in
+  ``offline`` mode a cache miss raises :class:`ReplayMissError` instead of calling it.
+* :class:`OpenAIChat` is such a callable over any OpenAI-compatible ``/chat/completions`` endpoint, with the model,
+  temperature and seed pinned; :func:`llm_user` wires it to a cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ...data import find_data
+from ...errors import DataNotFoundError, EnvCrashError, EpisodeTimeoutError
+from .db import canonical_json
+from .tasks import AirlineTask
+
+__all__ = ["UserSimulator", "ScriptedUser", "ChatUser", "OpenAIChat", "ConversationCache", "LLMUserConfig",
+           "llm_user", "make_user", "stop_reason", "UserSimulatorError", "ReplayMissError", "STOP", "TRANSFER",
+           "OUT_OF_SCOPE", "AGENT_GREETING", "user_system_prompt"]
+
+logger = logging.getLogger(__name__)
+
+STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###"
+#: τ²'s fixed first agent message.
+AGENT_GREETING = "Hi! How can I help you today?"
+_TRANSFER_PHRASE = "transferred to a human agent"
+
+# Used when τ²'s guideline file is not on this machine (it is staged in shared/data, not shipped by the package).
+_FALLBACK_GUIDELINES = """# User Simulation Guidelines
+You play a customer contacting a customer service representative, following the scenario instructions below.
+- Write one message at a time, in natural language; do not repeat the instructions verbatim.
+- Never invent information that the scenario does not give; treat it as unknown.
+- Disclose information progressively, when the agent asks for it.
+- When the goal of the instructions is satisfied, write '###STOP###' to end the conversation.
+- If you are transferred to another agent, write '###TRANSFER###'.
+- If the scenario does not say how to continue, write '###OUT-OF-SCOPE###'."""
+
+
+class UserSimulatorError(EnvCrashError):
+    """The user simulator could not produce a message (endpoint down, malformed reply...)."""
+
+
+class ReplayMissError(UserSimulatorError):
+    """Offline replay asked for a user turn that the cache does not hold."""
+
+
+def stop_reason(message: str) -> str | None:
+    """``user_stop`` / ``user_transfer`` / ``user_out_of_scope`` when ``message`` carries a τ² stop token."""
+    if STOP in message:
+        return "user_stop"
+    if TRANSFER in message:
+        return "user_transfer"
+    if OUT_OF_SCOPE in message:
+        return "user_out_of_scope"
+    return None
+
+
+def user_system_prompt(task: AirlineTask, guidelines: str | None = None) -> str:
+    """τ²'s user-simulator system prompt: the guidelines, then the scenario inside ``<scenario>`` tags."""
+    if guidelines is None:
+        try:
+            guidelines = find_data("tau2_airline/user_simulator/simulation_guidelines.md").read_text("utf-8")
+        except DataNotFoundError:
+            guidelines = _FALLBACK_GUIDELINES
+    return f"{guidelines.strip()}\n\n<scenario>\n{task.scenario.as_prompt()}\n</scenario>"
+
+
+class UserSimulator:
+    """The interface. One instance serves one env; :meth:`start` begins a new conversation."""
+
+    def start(self, task: AirlineTask) -> str:
+        """Begin a conversation about ``task``; return the user's first message (the reply to the greeting)."""
+        raise NotImplementedError
+
+    def respond(self, agent_message: str) -> str:
+        """The user's reply to the agent's message."""
+        raise NotImplementedError
+
+
+class ScriptedUser(UserSimulator):
+    """A deterministic replay of the scenario (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._chunks: list[str] = []
+        self._next = 0
+
+    def start(self, task: AirlineTask) -> str:
+        sc = task.scenario
+        instr = sc.task_instructions.strip()
+        self._chunks = [p.strip() for p in instr.split("\n\n") if p.strip()] if instr else []
+        self._next = 0
+        first = sc.reason_for_call.strip()
+        if sc.known_info.strip():
+            first += "\n" + sc.known_info.strip()
+        return first
+
+    def respond(self, agent_message: str) -> str:
+        if _TRANSFER_PHRASE in agent_message.lower():
+            return TRANSFER
+        if self._next < len(self._chunks):
+            self._next += 1
+            return self._chunks[self._next - 1]
+        return f"Thank you, that is all. {STOP}"
+
+
+class ConversationCache:
+    """User turns on disk, one JSON file per key (the digest of the request). Safe for concurrent writers."""
+
+    def __init__(self, directory: str | os.PathLike):
+        self.dir = Path(directory)
+
+    @staticmethod
+    def key(request: dict) -> str:
+        return hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.dir / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> str | None:
+        p = self._path(key)
+        if not p.exists():
+            return None
+        with open(p, encoding="utf-8") as f:
+            return json.load(f)["response"]
+
+    def put(self, key: str, request: dict, response: str) -> None:
+        p = self._path(key)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(f".{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"request": request, "response": response}, f, ensure_ascii=False)
+        os.replace(tmp, p)  # atomic: a reader never sees half a file
+
+
+class ChatUser(UserSimulator):
+    """A user played by ``chat(messages) -> str``, optionally cached on disk (see the module docstring).
+
+    Args:
+        chat: the model; None is allowed only in offline replay.
+        cache: where user turns are stored and replayed from.
+        settings: what identifies the model in the cache key (model, temperature, seed...).
+        offline: never call ``chat``; a cache miss raises :class:`ReplayMissError`.
+        guidelines: the simulation guidelines (default: τ²'s file when found, else a summary).
+    """
+
+    def __init__(self, chat: Callable[[list[dict]], str] | None, *, cache: ConversationCache | None = None,
+                 settings: dict | None = None, offline: bool = False, guidelines: str | None = None):
+        if chat is None and not offline:
+            raise ValueError("ChatUser needs a chat callable unless offline=True")
+        if offline and cache is None:
+            raise ValueError("offline replay needs a cache")
+        self.chat, self.cache, self.offline = chat, cache, offline
+        self.settings = dict(settings or {})
+        self.guidelines = guidelines
+        self.messages: list[dict] = []
+        self.calls = 0  # model calls made (cache hits excluded)
+        self.hits = 0
+
+    def start(self, task: AirlineTask) -> str:
+        self.messages = [{"role": "system", "content": user_system_prompt(task, self.guidelines)}]
+        return self.respond(AGENT_GREETING)
+
+    def respond(self, agent_message: str) -> str:
+        if not self.messages:
+            raise UserSimulatorError("ChatUser.respond before start")
+        self.messages.append({"role": "user", "content": agent_message})
+        reply = self._generate()
+        self.messages.append({"role": "assistant", "content": reply})
+        return reply
+
+    def _generate(self) -> str:
+        request = {"settings": self.settings, "messages": self.messages}
+        key = ConversationCache.key(request) if self.cache is not None else ""
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.hits += 1
+                return hit
+        if self.offline:
+            raise ReplayMissError(f"no recorded user turn for this conversation (key {key[:12]}, "
+                                  f"{len(self.messages)} messages) in {self.cache.dir}")
+        try:
+            reply = self.chat(list(self.messages))
+        except (UserSimulatorError, EpisodeTimeoutError):
+            raise
+        except Exception as e:  # a user callable that fails is the harness's failure, not the agent's
+            raise UserSimulatorError(f"the user model failed: {type(e).__name__}: {e}") from e
+        if not isinstance(reply, str):
+            raise UserSimulatorError(f"the user model returned {type(reply).__name__}, not str")
+        self.calls += 1
+        if self.cache is not None:
+            self.cache.put(key, request, reply)
+        return reply
+
+
+@dataclass(frozen=True)
+class LLMUserConfig:
+    """An OpenAI-compatible user model. ``api_key`` is sent as a bearer token when given."""
+
+    base_url: str
+    model: str
+    temperature: float = 0.0
+    seed: int = 0
+    cache_dir: str | None = None
+    offline: bool = False
+    api_key: str | None = None
+    timeout_s: float = 60.0
+    max_retries: int = 2
+    max_tokens: int | None = None
+
+
+class OpenAIChat:
+    """``messages -> str`` over ``POST {base_url}/chat/completions`` (stdlib HTTP; bounded retries)."""
+
+    def __init__(self, cfg: LLMUserConfig):
+        self.cfg = cfg
+        self.url = cfg.base_url.rstrip("/") + "/chat/completions"
+
+    def __call__(self, messages: Sequence[dict]) -> str:
+        body: dict[str, Any] = {"model": self.cfg.model, "messages": list(messages),
+                                "temperature": self.cfg.temperature, "seed": self.cfg.seed}
+        if self.cfg.max_tokens is not None:
+            body["max_tokens"] = self.cfg.max_tokens
+        headers = {"Content-Type": "application/json"}
+        if self.cfg.api_key:
+            headers["Authorization"] = f"Bearer {self.cfg.api_key}"
+        data = json.dumps(body).encode("utf-8")
+        last: Exception | None = None
+        for attempt in range(self.cfg.max_retries + 1):
+            req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=self.cfg.timeout_s) as resp:
+                    payload = json.loads(resp.read().decode("utf-8"))
+                content = payload["choices"][0]["message"]["content"]
+                if not isinstance(content, str):
+                    raise UserSimulatorError(f"the user model returned no text content: {payload!r:.200}")
+                return content
+            except urllib.error.HTTPError as e:
+                last = e
+                if e.code < 500 and e.code != 429:
+                    break  # a client error will not fix itself
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+                last = e
+            except (KeyError, IndexError, TypeError, json.JSONDecodeError) as e:
+                raise UserSimulatorError(f"malformed reply from {self.url}: {type(e).__name__}: {e}") from e
+            if attempt < self.cfg.max_retries:
+                time.sleep(min(0.5 * 2 ** attempt, 4.0))
+        if isinstance(last, TimeoutError):
+            raise EpisodeTimeoutError(f"user model at {self.url} timed out after {self.cfg.timeout_s}s")
+        raise UserSimulatorError(f"user model request to {self.url} failed: {last}")
+
+
+def llm_user(cfg: LLMUserConfig, *, guidelines: str | None = None) -> ChatUser:
+    """A :class:`ChatUser` over :class:`OpenAIChat`, cached in ``cfg.cache_dir`` when given."""
+    cache = ConversationCache(cfg.cache_dir) if cfg.cache_dir else None
+    settings = {"model": cfg.model, "temperature": cfg.temperature, "seed": cfg.seed, "max_tokens": cfg.max_tokens}
+    return ChatUser(None if cfg.offline else OpenAIChat(cfg), cache=cache, settings=settings, offline=cfg.offline,
+                    guidelines=guidelines)
+
+
+def make_user(spec: Any) -> UserSimulator:
+    """A simulator from the env's ``user`` argument: ``"scripted"``, a :class:`UserSimulator`, an
+    :class:`LLMUserConfig` (or its dict), or a callable ``messages -> str``."""
+    if spec is None or spec == "scripted":
+        return ScriptedUser()
+    if isinstance(spec, UserSimulator):
+        return spec
+    if isinstance(spec, LLMUserConfig):
+        return llm_user(spec)
+    if isinstance(spec, dict):
+        return llm_user(LLMUserConfig(**spec))
+    if callable(spec):
+        return ChatUser(spec)
+    raise ValueError(f"user must be 'scripted', a UserSimulator, an LLMUserConfig (or dict) or a callable; "
+                     f"got {spec!r}")
