@@ -1,0 +1,280 @@
+"""Loading WebShop's 1,000-product catalogue and the tables derived from it (data loading only, no dynamics).
+
+Two sources give the same :class:`Catalog`:
+
+* **The processed catalogue** ``webshop/documents_1k.jsonl`` (WebShop's own search-document file: one line per
+  product with ``id``, ``contents`` and the ``product`` after WebShop's ``load_products``) plus
+  ``webshop/items_ins_v2_1000.json`` (attributes and synthetic instructions). This is what CI uses.
+* **The official download** (``items_shuffle_1000.json``, ``items_ins_v2_1000.json`` and optionally
+  ``items_human_ins.json`` in a directory given by ``data_dir=`` or ``$WEBSHOP_DATA``), processed here exactly as
+  WebShop's ``load_products`` does (:func:`process_raw_product`) after checking the files' git blob ids against
+  the official ones (:data:`OFFICIAL_BLOB_IDS`).
+
+Derived tables:
+
+* ``nouns``: asin -> the lower-cased NOUN/PROPN tokens of the product name, the only thing WebShop's reward uses
+  spaCy for (``webshop/reference/title_nouns_spacy_sm.json``, model ``en_core_web_sm-3.8.0`` by default; or
+  rebuilt with :func:`build_noun_table` where spaCy is installed).
+* ``doc_tokens``: asin -> Lucene's analyzed tokens of the search document (``webshop/reference/
+  lucene_doc_tokens_1k.json`` when present; otherwise :func:`~.search.analyze` of the contents, which agrees on
+  all 1,000 documents).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ...data import find_data
+from ...errors import AgentGymError, DataNotFoundError, MissingDependencyError
+
+__all__ = ["Product", "Catalog", "load_catalog", "process_raw_product", "document_text", "git_blob_id",
+           "build_noun_table", "OFFICIAL_BLOB_IDS", "DEFAULT_NOUN_MODEL", "WebShopDataError"]
+
+logger = logging.getLogger(__name__)
+
+#: git blob SHA-1 of the official WebShop data files (princeton-nlp/WebShop, AgentGym, webshop-minimal agree).
+OFFICIAL_BLOB_IDS = {
+    "items_shuffle_1000.json": "08dfda9a1c896e0f69d50e3437dd3fe94419b7d7",
+    "items_ins_v2_1000.json": "22837ad99f3173712fc9cb1cce7de6b75fe90595",
+    "items_human_ins.json": "b2ab7479b9798e0b62ea394e065f3d506875f090",
+}
+#: The blob id of WebShop's processed 1k search documents (``resources_1k/documents.jsonl``).
+DOCUMENTS_1K_BLOB_ID = "c16875ecd12c2bd108b1b558738b27fa06fac095"
+DEFAULT_NOUN_MODEL = "en_core_web_sm-3.8.0"
+
+_DOCS = "webshop/documents_1k.jsonl"
+_INS = "webshop/items_ins_v2_1000.json"
+_NOUNS = "webshop/reference/title_nouns_spacy_sm.json"
+_DOC_TOKENS = "webshop/reference/lucene_doc_tokens_1k.json"
+
+
+class WebShopDataError(AgentGymError, ValueError):
+    """A WebShop data file is not the expected one (wrong hash or content)."""
+
+    kind = "data_not_found"
+
+
+@dataclass(frozen=True, eq=False)
+class Product:
+    """One product as WebShop's pages and reward see it (after ``load_products``).
+
+    ``options`` maps each lower-cased option name to its values (``value.strip().replace('/', ' | ').lower()``) in
+    file order; ``pricing`` holds one price or a (low, high) range; ``price_text`` is the page's ``Price`` string.
+    """
+
+    asin: str
+    title: str
+    description: str
+    bullet_points: tuple[str, ...]
+    price_text: str
+    pricing: tuple[float, ...]
+    options: dict[str, tuple[str, ...]]
+    attributes: tuple[str, ...]
+    category: str
+    query: str
+    product_category: str
+    instruction_text: str | None = None
+    instruction_attributes: tuple[str, ...] | None = None
+    human_instructions: tuple[dict, ...] = ()
+    contents: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.title
+
+
+def document_text(title: str, description: str, bullet_points: list[str] | tuple[str, ...],
+                  options: dict[str, Any]) -> str:
+    """WebShop's search-document ``contents`` (``search_engine/convert_product_file_format.py``)."""
+    option_text = ", and ".join(f"{name}: {', '.join(values)}" for name, values in options.items())
+    first_bullet = bullet_points[0] if bullet_points else ""
+    return " ".join([title, description, first_bullet, option_text]).lower()
+
+
+def _product_from_processed(p: dict, ins: dict | None, contents: str) -> Product:
+    asin = p["asin"]
+    entry = ins.get(asin) if ins is not None else None
+    attributes = entry["attributes"] if entry is not None else p.get("Attributes", ["DUMMY_ATTR"])
+    instr = entry.get("instruction") if entry is not None else None
+    instr_attrs = entry.get("instruction_attributes") if entry is not None else None
+    return Product(
+        asin=asin, title=p["Title"], description=p["Description"], bullet_points=tuple(p["BulletPoints"]),
+        price_text=p["Price"], pricing=tuple(float(x) for x in p["pricing"]),
+        options={k: tuple(v) for k, v in p["options"].items()}, attributes=tuple(attributes),
+        category=p["category"], query=p["query"], product_category=p["product_category"],
+        instruction_text=instr, instruction_attributes=tuple(instr_attrs) if instr_attrs is not None else None,
+        human_instructions=tuple(p.get("instructions", ()) or ()), contents=contents)
+
+
+def process_raw_product(raw: dict, ins: dict, human: dict | None = None) -> dict:
+    """WebShop's ``load_products`` for one record of ``items_shuffle_1000.json`` (spec §1.2), as a dict with the
+    processed keys (``Title``, ``Description``, ``BulletPoints``, ``Price``, ``pricing``, ``options``, ...)."""
+    p = dict(raw)
+    asin = p["asin"]
+    p["Title"] = p["name"]
+    p["Description"] = p["full_description"]
+    p["Reviews"] = []
+    p["Rating"] = "N.A."
+    sd = p.get("small_description")
+    p["BulletPoints"] = sd.strip().split("\n") if isinstance(sd, str) else list(sd or [])
+    pricing = p.get("pricing")
+    if pricing is None or not pricing:
+        prices, tag = [100.0], "$100.0"
+    else:
+        prices = [float(Decimal(re.sub(r"[^\d.]", "", x))) for x in pricing.split("$")[1:]]
+        if len(prices) == 1:
+            tag = f"${prices[0]}"
+        else:
+            tag = f"${prices[0]} to ${prices[1]}"
+            prices = prices[:2]
+    p["pricing"], p["Price"] = prices, tag
+    options: dict[str, list[str]] = {}
+    for name, contents in (p.get("customization_options") or {}).items():
+        if contents is None:
+            continue
+        options[name.lower()] = [c["value"].strip().replace("/", " | ").lower() for c in contents]
+    p["options"] = options
+    p["Attributes"] = ins[asin]["attributes"] if asin in ins else ["DUMMY_ATTR"]
+    if human is not None and asin in human:
+        p["instructions"] = human[asin]
+    p["query"] = p["query"].lower().strip()
+    return p
+
+
+def git_blob_id(path: str | os.PathLike) -> str:
+    """The git blob SHA-1 of a file (what ``git hash-object`` prints)."""
+    data = Path(path).read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass(eq=False)
+class Catalog:
+    """The products in catalogue order and the derived tables (see the module docstring)."""
+
+    products: list[Product]
+    nouns: dict[str, list[str]]
+    doc_tokens: dict[str, list[str]] | None
+    source: str
+    noun_model: str
+    by_asin: dict[str, Product] = field(init=False)
+
+    def __post_init__(self):
+        self.by_asin = {}
+        for p in self.products:
+            self.by_asin.setdefault(p.asin, p)  # WebShop skips repeated asins: the first one wins
+        missing = [p.asin for p in self.products if p.asin not in self.nouns]
+        if missing:
+            raise WebShopDataError(f"the noun table has no entry for {len(missing)} products (e.g. {missing[0]})")
+
+    def __len__(self) -> int:
+        return len(self.products)
+
+
+def _read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _load_nouns(path: Path | None, model: str) -> dict[str, list[str]]:
+    path = path or find_data(_NOUNS)
+    table = _read_json(path)
+    if model not in table:
+        raise WebShopDataError(f"noun table {path} has no model {model!r}; it has {sorted(table)}")
+    return table[model]
+
+
+def build_noun_table(titles: dict[str, str], model: str = "en_core_web_sm") -> dict[str, list[str]]:
+    """asin -> lower-cased NOUN/PROPN tokens of the title, with spaCy (WebShop's ``get_type_reward`` parse).
+
+    Needs ``pip install spacy`` and the model; the result can be saved as ``{model_name: table}`` JSON and passed
+    to the env as ``noun_table=``.
+    """
+    try:
+        import spacy
+    except ImportError as e:
+        raise MissingDependencyError("spacy", "webshop-nlp", "rebuilding the WebShop noun table") from e
+    nlp = spacy.load(model)
+    # WebShop lists the non-existent tag 'PNOUN' as well; it never matches.
+    return {asin: [t.text.lower() for t in nlp(title) if t.pos_ in ("PNOUN", "NOUN", "PROPN")]
+            for asin, title in titles.items()}
+
+
+def _load_doc_tokens(products: list[Product], path: Path | None) -> dict[str, list[str]] | None:
+    try:
+        path = path or find_data(_DOC_TOKENS)
+    except DataNotFoundError:
+        return None
+    table = _read_json(path)
+    if any(p.asin not in table for p in products):
+        logger.warning("Lucene token file %s does not cover this catalogue; analysing documents in Python", path)
+        return None
+    return table
+
+
+@lru_cache(maxsize=4)
+def _load_catalog_cached(data_dir: str | None, noun_table: str | None, noun_model: str, verify: bool) -> Catalog:
+    nouns_path = Path(noun_table) if noun_table else None
+    if data_dir is None:
+        docs_path = find_data(_DOCS)
+        ins = _read_json(find_data(_INS))
+        products = []
+        with open(docs_path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    d = json.loads(line)
+                    products.append(_product_from_processed(d["product"], ins, d["contents"]))
+        source = str(docs_path)
+    else:
+        root = Path(data_dir)
+        paths = {n: root / n for n in OFFICIAL_BLOB_IDS}
+        for n in ("items_shuffle_1000.json", "items_ins_v2_1000.json"):
+            if not paths[n].exists():
+                raise DataNotFoundError(f"WebShop data dir {root} has no {n}")
+        if verify:
+            for n, p in paths.items():
+                if p.exists() and git_blob_id(p) != OFFICIAL_BLOB_IDS[n]:
+                    raise WebShopDataError(f"{p} is not the official {n} (git blob {git_blob_id(p)}, expected "
+                                           f"{OFFICIAL_BLOB_IDS[n]}); pass verify=False to use it anyway")
+        raw = _read_json(paths["items_shuffle_1000.json"])
+        ins = _read_json(paths["items_ins_v2_1000.json"])
+        human = _read_json(paths["items_human_ins.json"]) if paths["items_human_ins.json"].exists() else None
+        products, seen = [], set()
+        for r in raw:
+            asin = r["asin"]
+            if asin == "nan" or len(asin) > 10 or asin in seen:
+                continue
+            seen.add(asin)
+            p = process_raw_product(r, ins, human)
+            contents = document_text(p["Title"], p["Description"], p["BulletPoints"], p["options"])
+            products.append(_product_from_processed(p, ins, contents))
+        source = str(root)
+    nouns = _load_nouns(nouns_path, noun_model)
+    doc_tokens = _load_doc_tokens(products, None)
+    return Catalog(products=products, nouns=nouns, doc_tokens=doc_tokens, source=source, noun_model=noun_model)
+
+
+def load_catalog(data_dir: str | os.PathLike | None = None, *, noun_table: str | os.PathLike | None = None,
+                 noun_model: str = DEFAULT_NOUN_MODEL, verify: bool = True) -> Catalog:
+    """The 1,000-product catalogue (cached per arguments).
+
+    Args:
+        data_dir: a directory with the official WebShop files; default ``$WEBSHOP_DATA`` if set, else the processed
+            catalogue found by :func:`agentgym.data.find_data` (``webshop/documents_1k.jsonl``).
+        noun_table: a JSON ``{model: {asin: [nouns]}}``; default the staged spaCy table.
+        noun_model: which model's lists to use from the table.
+        verify: check the official files' git blob ids.
+    """
+    if data_dir is None and os.environ.get("WEBSHOP_DATA"):
+        data_dir = os.environ["WEBSHOP_DATA"]
+    return _load_catalog_cached(str(Path(data_dir).resolve()) if data_dir is not None else None,
+                                str(Path(noun_table).resolve()) if noun_table is not None else None,
+                                noun_model, bool(verify))

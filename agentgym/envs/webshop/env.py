@@ -1,0 +1,331 @@
+"""WebShop-v0: shop in the 1,000-product WebShop by ``search[...]`` and ``click[...]`` actions.
+
+An episode is one goal ("Find me ... with color: ..., and price lower than 50.00 dollars"). The agent starts on
+the search page, searches (BM25 over the catalogue, :mod:`.search`), pages through results, opens products,
+chooses options and buys. Only Buy Now ends an episode (``terminated``); ``max_turns`` (15, verl-agent's
+``max_steps``) truncates it, and a truncated episode scores 0.
+
+* **Observation** (``observation_mode``): ``"text"`` (default) is WebShop's raw ``text`` string (the page's
+  segments joined by ``[SEP]``, instruction included, as AgentGym shows it); ``"verl-agent"`` is the page as
+  verl-agent shows it to GiGPO/BiPACE models — the segments after the instruction, each quoted. The *prompt*
+  (:meth:`WebShopEnv.prompt`) is always verl-agent's: the instruction as ``{task}``, the quoted pages as current
+  observation and history, and the admissible actions.
+* **Actions**: the body of ``<action>...</action>``, lower-cased as verl-agent does (``lowercase_actions``). An
+  action that does not parse or names no button on the page changes nothing; it is flagged
+  (``action_valid=False``) and, with ``invalid_feedback`` (default), the observation says why above the unchanged
+  page. A search is accepted on every page but is admissible only on the search page.
+* **Reward** (``reward_mode``): ``"raw"`` (default) gives WebShop's score in [0, 1] on Buy Now; ``"verl-agent"``
+  gives 10 when that score is 1.0. ``info["won"]`` is score == 1.0, ``info["score"]`` the raw score, and
+  ``info["reward_info"]`` WebShop's breakdown (r_type, r_att, r_option, r_price, their weights, query/category
+  match, title score) after a purchase.
+* **Tasks**: see :mod:`.goals`. ``split`` is ``test`` (goals 0-499 of the seed-0 list), ``train`` (500-6,909),
+  ``all`` or ``human``; ``goal_seed`` builds the list with another seed (a verl-agent worker's). Task ids are
+  ``ws<seed>-<index>`` (``wsh`` for human goals). ``reset(options={"task_id": ...})``, ``{"goal_index": k}`` or
+  ``{"task": {...}}`` (a goal dict as :meth:`~.goals.WebShopGoal.to_dict` writes it) select a goal; otherwise it
+  is drawn from the split with ``self.np_random``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from ...core import AgentEnv, StepInfo, StepOutcome
+from ...errors import TaskError
+from ...parsing import ParsedAction
+from ...prompts import PromptTemplate
+from .catalog import Catalog, load_catalog
+from .goals import WebShopGoal, goal_list, split_indices
+from .oracle import oracle_command, oracle_query
+from .pages import SEARCH_PLACEHOLDER, ShopSession, verl_agent_view
+from .reward import RewardGoal, get_reward
+from .search import BM25Index, analyze
+
+__all__ = ["WebShopEnv", "get_engine", "SPLITS"]
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("test", "train", "all", "human")
+_OPTION_KEYS = {"task_id", "task", "goal_index"}
+_TASK_ID = re.compile(r"^(ws|wsh)(\d+)-(\d+)$")
+
+_HEAD = ("You are an expert autonomous agent operating in the WebShop e-commerce environment.\n"
+         "Your task is to: {task}.\n")
+_TAIL = ("Your admissible actions of the current situation are: \n[\n{available_actions}\n].\n\n"
+         "Now it's your turn to take one action for the current step.\n"
+         "You should first reason step-by-step about the current situation, then think carefully which admissible "
+         "action best advances the shopping goal. This reasoning process MUST be enclosed within <think> </think> "
+         "tags.\nOnce you've finished your reasoning, you should choose an admissible action for current step and "
+         "present it within <action> </action> tags.")
+# verl-agent's two WebShop templates (first step / with history), as in BiPACE Appendix J.
+_TEMPLATE = PromptTemplate(
+    first=_HEAD + "Your current observation is: {current_observation}.\n" + _TAIL,
+    with_history=_HEAD + "Prior to this step, you have already taken {step_count} step(s). Below are the most "
+    "recent {history_length} observations and the corresponding actions you took: {action_history}\n"
+    "You are now at step {current_step} and your current observation is: {current_observation}.\n" + _TAIL,
+)
+
+
+def _page_part(observation: str) -> str:
+    """The page text of an observation (without the invalid-action feedback line)."""
+    head, sep, rest = observation.partition("Nothing changed.\n")
+    return rest if sep and head.startswith("Invalid action:") else observation
+
+
+class _Engine:
+    """The BM25 index of a catalogue plus a query cache (searches repeat a lot across episodes)."""
+
+    def __init__(self, catalog: Catalog):
+        ids = [p.asin for p in catalog.products]
+        if catalog.doc_tokens is not None:
+            tokens = [catalog.doc_tokens[a] for a in ids]
+        else:
+            tokens = [analyze(p.contents) for p in catalog.products]
+        self.index = BM25Index(ids, tokens)
+        self._cache: dict[str, list[str]] = {}
+
+    def search(self, query: str) -> list[str]:
+        hit = self._cache.get(query)
+        if hit is None:
+            hit = [h.doc_id for h in self.index.search(analyze(query), 50)]
+            if len(self._cache) > 50_000:
+                self._cache.clear()
+            self._cache[query] = hit
+        return list(hit)
+
+
+@lru_cache(maxsize=4)
+def get_engine(catalog: Catalog) -> _Engine:
+    """The (cached) search engine of ``catalog``."""
+    return _Engine(catalog)
+
+
+class WebShopEnv(AgentEnv):
+    """WebShop-v0; see the module docstring.
+
+    Args:
+        split: ``test`` | ``train`` | ``all`` | ``human``.
+        goal_seed: seed of the goal list (0: the global list; a verl-agent worker's seed reproduces its list).
+        observation_mode: ``"text"`` (WebShop's raw text) or ``"verl-agent"`` (quoted segments, no instruction).
+        reward_mode: ``"raw"`` (WebShop's score) or ``"verl-agent"`` (10 for a score of 1.0, else 0).
+        data_dir: a directory with the official WebShop files (default: ``$WEBSHOP_DATA``, else the processed
+            catalogue from the agentgym data search path).
+        noun_table, noun_model: the title-noun table of the type reward (default: the staged en_core_web_sm-3.8.0
+            lists).
+        show_attrs: show the Attributes button on item pages (off in every published setting).
+        search_shortcuts: accept WebShop's ``<r>``, ``<c> category`` and ``<q> query`` searches.
+        lowercase_actions: lower-case the whole action before parsing (verl-agent does; WebShop matches the action
+            name case-sensitively).
+        invalid_feedback: prefix the unchanged page with the reason after an invalid action (off: the page only,
+            exactly as WebShop/verl-agent return it).
+        max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
+    """
+
+    prompt_template = _TEMPLATE
+
+    def __init__(self, split: str = "test", *, goal_seed: int = 0, observation_mode: str = "text",
+                 reward_mode: str = "raw", data_dir: str | None = None, noun_table: str | None = None,
+                 noun_model: str | None = None, show_attrs: bool = False, search_shortcuts: bool = True,
+                 lowercase_actions: bool = True, invalid_feedback: bool = True, max_turns: int = 15,
+                 invalid_action_penalty: float = 0.0, history_length: int = 2, render_mode: str | None = None):
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
+                         history_length=history_length, render_mode=render_mode)
+        if split not in SPLITS:
+            raise TaskError(f"unknown WebShop split {split!r}; choose from {list(SPLITS)}")
+        if observation_mode not in ("verl-agent", "text"):
+            raise ValueError(f"observation_mode must be 'verl-agent' or 'text', got {observation_mode!r}")
+        if reward_mode not in ("raw", "verl-agent"):
+            raise ValueError(f"reward_mode must be 'raw' or 'verl-agent', got {reward_mode!r}")
+        kwargs = {"noun_table": noun_table}
+        if noun_model is not None:
+            kwargs["noun_model"] = noun_model
+        self.catalog = load_catalog(data_dir, **kwargs)
+        self.engine = get_engine(self.catalog)
+        self.split, self.goal_seed = split, int(goal_seed)
+        self.observation_mode, self.reward_mode = observation_mode, reward_mode
+        self.show_attrs, self.search_shortcuts = bool(show_attrs), bool(search_shortcuts)
+        self.lowercase_actions, self.invalid_feedback = bool(lowercase_actions), bool(invalid_feedback)
+        self.session: ShopSession | None = None
+        self.raw_reward: float | None = None
+        self.reward_info: dict[str, Any] | None = None
+        self._oracle_query: str | None = None
+
+    # ---- tasks --------------------------------------------------------------------------------------------
+    def goals(self, seed: int | None = None, kind: str | None = None) -> tuple[WebShopGoal, ...]:
+        """The whole goal list of ``seed`` (default: the env's) and kind (default: the split's)."""
+        kind = kind or ("human" if self.split == "human" else "synthetic")
+        return goal_list(self.catalog, self.goal_seed if seed is None else seed, kind)[0]
+
+    def prices(self, seed: int | None = None) -> dict[str, float]:
+        """The session prices (ranged products get a seeded uniform draw) of the goal list of ``seed``."""
+        kind = "human" if self.split == "human" else "synthetic"
+        return goal_list(self.catalog, self.goal_seed if seed is None else seed, kind)[1]
+
+    def _split_goals(self) -> list[WebShopGoal]:
+        goals = self.goals()
+        if self.split == "human":
+            return list(goals)
+        return [goals[i] for i in split_indices(self.split, len(goals))]
+
+    def task_ids(self, n: int | None = None) -> list[str]:
+        ids = [g.task_id for g in self._split_goals()]
+        return ids if n is None else ids[:n]
+
+    def get_task(self, task_id: str) -> WebShopGoal:
+        m = _TASK_ID.match(str(task_id))
+        if m is None:
+            raise TaskError(f"malformed WebShop task id {task_id!r}; expected ws<seed>-<index> or wsh<seed>-<index>")
+        kind = "synthetic" if m.group(1) == "ws" else "human"
+        goals = goal_list(self.catalog, int(m.group(2)), kind)[0]
+        index = int(m.group(3))
+        if not 0 <= index < len(goals):
+            raise TaskError(f"no WebShop goal {task_id!r}: the {kind} list has {len(goals)} goals")
+        return goals[index]
+
+    def _goal_from_dict(self, d: dict) -> WebShopGoal:
+        try:
+            asin = d["asin"]
+            if asin not in self.catalog.by_asin:
+                raise TaskError(f"no product {asin!r} in the catalogue")
+            opts = d.get("goal_options", {})
+            return WebShopGoal(asin=asin, instruction=str(d["instruction"]), attributes=tuple(d["attributes"]),
+                               goal_options=dict(opts) if isinstance(opts, dict) else list(opts),
+                               price_upper=float(d["price_upper"]), kind=str(d.get("kind", "synthetic")),
+                               seed=int(d.get("seed", self.goal_seed)), index=int(d.get("index", -1)))
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, TaskError):
+                raise
+            raise TaskError(f"bad WebShop task dict: {e!r}") from e
+
+    def _select_task(self, options: dict) -> WebShopGoal:
+        unknown = set(options) - _OPTION_KEYS
+        if unknown:
+            raise TaskError(f"unknown reset options {sorted(unknown)}; WebShop accepts {sorted(_OPTION_KEYS)}")
+        if "task" in options:
+            return self._goal_from_dict(options["task"])
+        if "task_id" in options:
+            return self.get_task(options["task_id"])
+        goals = self.goals()
+        if "goal_index" in options:
+            index = int(options["goal_index"])
+            if not 0 <= index < len(goals):
+                raise TaskError(f"goal_index {index} out of range (0..{len(goals) - 1})")
+            return goals[index]
+        pool = self._split_goals()
+        return pool[int(self.np_random.integers(len(pool)))]
+
+    def _task_id(self, task: WebShopGoal) -> str:
+        return task.task_id
+
+    # ---- episode ------------------------------------------------------------------------------------------
+    def _start(self, task: WebShopGoal) -> str:
+        rng = random.Random(int(self.np_random.integers(0, 2**63 - 1)))  # only for <r> searches
+        self.session = ShopSession(self.catalog, task.instruction, self.engine.search, rng,
+                                   show_attrs=self.show_attrs, shortcuts=self.search_shortcuts)
+        self.raw_reward, self.reward_info, self._oracle_query = None, None, None
+        return self._page_observation()
+
+    def _page_observation(self) -> str:
+        text = self.session.text(self.raw_reward)
+        return verl_agent_view(text) if self.observation_mode == "verl-agent" else text
+
+    def _execute(self, command: str, parsed: ParsedAction) -> StepOutcome:
+        action = command.lower() if self.lowercase_actions else command
+        admissible = self._is_admissible(action)
+        result = self.session.step(action)
+        if not result.valid:
+            return StepOutcome(self._feedback(result.reason), valid=False, admissible=False,
+                               invalid_reason=result.reason)
+        reward, terminated = 0.0, False
+        if result.bought:
+            self.raw_reward, self.reward_info = self._purchase_reward()
+            self._won = self.raw_reward == 1.0
+            reward = self.raw_reward if self.reward_mode == "raw" else (10.0 if self._won else 0.0)
+            terminated = True
+        return StepOutcome(self._page_observation(), reward=float(reward), terminated=terminated,
+                           admissible=admissible)
+
+    def _feedback(self, reason: str) -> str:
+        page = self._page_observation()
+        return f"Invalid action: {reason}. Nothing changed.\n{page}" if self.invalid_feedback else page
+
+    def _invalid_observation(self, problem: str | None) -> str:
+        # A response without a well-formed <action> tag: WebShop would get a non-action, i.e. a no-op.
+        return self._feedback(f"{problem}; put one search[...] or click[...] inside <action>...</action>")
+
+    def _is_admissible(self, action: str) -> bool:
+        adm = self.session.admissible_actions()
+        if action in adm:
+            return True
+        return SEARCH_PLACEHOLDER in adm and action.startswith("search[") and action.endswith("]") and len(action) > 8
+
+    def _purchase_reward(self) -> tuple[float, dict[str, Any]]:
+        goal: WebShopGoal = self.task
+        gold = self.catalog.by_asin[goal.asin]
+        product = self.session.product
+        rgoal = RewardGoal(name=gold.title, query=gold.query, product_category=gold.product_category,
+                           attributes=goal.attributes, goal_options=goal.goal_options, price_upper=goal.price_upper,
+                           nouns=tuple(self.catalog.nouns[gold.asin]))
+        price = self.prices(goal.seed if goal.index >= 0 else None).get(product.asin, 100.0)
+        total, info = get_reward(product, rgoal, price, dict(self.session.options), self.catalog.nouns[product.asin])
+        info = {**info, "asin": product.asin, "options": dict(self.session.options), "price": price}
+        return float(total), info
+
+    # ---- contract hooks -----------------------------------------------------------------------------------
+    def admissible_actions(self) -> list[str] | None:
+        if self.session is None or self.session.page == "done":
+            return [] if self.session is not None else None
+        return self.session.admissible_actions()
+
+    def _anchor_text(self) -> str:
+        # The state is the page (GiGPO's anchor is the quoted page); feedback text and the instruction are not.
+        if self.session is None:
+            return self.last_observation
+        return verl_agent_view(self.session.text(self.raw_reward))
+
+    def prompt(self, history_length: int | None = None) -> str:
+        """verl-agent's WebShop prompt: pages in its quoted form (whatever ``observation_mode``), so an invalid
+        action's feedback is not shown, exactly as there."""
+        hl = self.history_length if history_length is None else history_length
+        history = [(verl_agent_view(_page_part(obs)), act) for obs, act in self.history]
+        return self.prompt_template.render(history=history, history_length=hl, step=self.turn,
+                                           current_observation=verl_agent_view(_page_part(self.last_observation)),
+                                           **self._prompt_fields())
+
+    def _prompt_fields(self) -> dict[str, Any]:
+        adm = self.admissible_actions() or []
+        return {"task": self.task.instruction, "available_actions": "\n".join(f"'{a}'," for a in adm)}
+
+    def score(self) -> float:
+        return float(self.raw_reward) if self.raw_reward is not None else 0.0
+
+    def _info(self, parsed: ParsedAction | None, raw: str, outcome: StepOutcome | None) -> StepInfo:
+        info = super()._info(parsed, raw, outcome)
+        s = self.session
+        info.update({  # type: ignore[typeddict-unknown-key]
+            "instruction": self.task.instruction, "goal_index": self.task.index, "page": s.page if s else None,
+            "available_actions": {"has_search_bar": s.has_search_bar, "clickables": s.clickables()} if s else None,
+            "task_score": self.score(), "reward_info": dict(self.reward_info) if self.reward_info else None,
+        })
+        return info
+
+    def oracle_action(self) -> str:
+        if self._oracle_query is None:
+            self._oracle_query = oracle_query(self.task, self.catalog, self.engine.search)
+        return f"<action>{oracle_command(self.session, self.task, self._oracle_query)}</action>"
+
+    def random_action(self, rng: np.random.Generator) -> str:
+        """Uniform over the admissible actions; the search placeholder becomes 1-5 random instruction words."""
+        adm = self.admissible_actions() or ["click[back to search]"]
+        action = adm[int(rng.integers(len(adm)))]
+        if action == SEARCH_PLACEHOLDER:
+            words = self.task.instruction.lower().replace(",", " ").split()
+            k = int(rng.integers(1, min(5, len(words)) + 1))
+            picked = [words[int(i)] for i in rng.choice(len(words), size=k, replace=False)]
+            action = f"search[{' '.join(picked)}]"
+        return f"<action>{action}</action>"

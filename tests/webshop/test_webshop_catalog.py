@@ -1,0 +1,50 @@
+"""Loading the catalogue: the processed file's integrity, WebShop's load_products port and the search documents."""
+
+from __future__ import annotations
+
+import json
+
+from agentgym.data import find_data
+from agentgym.envs.webshop.catalog import (DOCUMENTS_1K_BLOB_ID, document_text, git_blob_id, load_catalog,
+                                           process_raw_product)
+
+
+def test_catalog_facts(catalog):
+    assert len(catalog) == 1000 and catalog.products[0].asin == "B06Y3VLDFB"
+    assert sum(p.instruction_text is not None for p in catalog.products) == 415
+    assert sum(len(p.pricing) == 2 for p in catalog.products) == 93
+    assert sum(p.price_text == "$100.0" for p in catalog.products) == 89
+    assert sum(bool(p.options) for p in catalog.products) == 423
+    assert sum(len(v) for p in catalog.products for v in p.options.values()) == 3499
+    assert sum(not p.attributes for p in catalog.products) == 185
+    assert sum(bool(p.human_instructions) for p in catalog.products) == 13
+    assert catalog.doc_tokens is not None and len(catalog.nouns) == 1000
+    assert load_catalog() is catalog  # cached
+
+
+def test_processed_file_is_the_official_blob():
+    assert git_blob_id(find_data("webshop/documents_1k.jsonl")) == DOCUMENTS_1K_BLOB_ID
+
+
+def test_document_text_rebuilds_every_search_document(catalog):
+    bad = [p.asin for p in catalog.products
+           if document_text(p.title, p.description, p.bullet_points, p.options) != p.contents]
+    assert bad == []
+
+
+def test_load_products_port_on_raw_records(catalog):
+    """Raw records rebuilt from the processed ones (price strings, option dicts with '/' values) go through
+    WebShop's load_products port to the same products."""
+    with open(find_data("webshop/documents_1k.jsonl"), encoding="utf-8") as f:
+        processed = [json.loads(line)["product"] for line in f][:200]
+    with open(find_data("webshop/items_ins_v2_1000.json"), encoding="utf-8") as f:
+        ins = json.load(f)
+    for p in processed:
+        raw = {k: p[k] for k in ("name", "full_description", "images", "product_category", "average_rating",
+                                 "small_description", "customization_options", "asin", "category", "page")}
+        raw["query"] = " " + p["query"].upper() + " "
+        pr = p["pricing"]
+        raw["pricing"] = "" if p["Price"] == "$100.0" and pr == [100.0] else " - ".join(f"${x:,.2f}" for x in pr)
+        out = process_raw_product(raw, ins)
+        for key in ("Title", "Description", "BulletPoints", "Price", "pricing", "options", "Attributes", "query"):
+            assert out[key] == p[key], (p["asin"], key)

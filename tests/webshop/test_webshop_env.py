@@ -1,0 +1,246 @@
+"""The WebShop-v0 environment: pages, transitions, invalid actions, rewards, tasks, oracle and random policies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import agentgym
+from agentgym.envs.webshop.pages import SEP, parse_webshop_action, verl_agent_view
+from agentgym.errors import TaskError
+
+
+@pytest.fixture
+def env(catalog):
+    return agentgym.make("WebShop-v0")
+
+
+def act(env, a):
+    return env.step(f"<action>{a}</action>")
+
+
+def test_search_page_and_results_page(env):
+    obs, info = env.reset(options={"task_id": "ws0-0"})
+    goal = env.task
+    assert obs == SEP.join(["WebShop", "Instruction:", goal.instruction, "Search"])
+    assert info["admissible_actions"] == ["search[<your query>]", "click[search]"]
+    assert info["task_id"] == "ws0-0" and info["goal_index"] == 0 and info["instruction"] == goal.instruction
+    obs, r, term, trunc, info = act(env, "search[straight leg men's jeans]")
+    segs = obs.split(SEP)
+    assert segs[:5] == ["Instruction:", goal.instruction, "Back to Search", "Page 1 (Total results: 50)", "Next >"]
+    hits = env.engine.search("straight leg men's jeans")
+    assert segs[5::3] == hits[:10]
+    p = env.catalog.by_asin[hits[0]]
+    assert segs[6:8] == [p.title.strip(), p.price_text]
+    assert info["admissible_actions"] == ["click[back to search]", "click[next >]"] + [
+        f"click[{a.lower()}]" for a in hits[:10]]
+    assert r == 0.0 and not term and info["action_valid"] and info["action_admissible"]
+
+
+def test_pagination_item_options_and_buy(env):
+    env.reset(options={"task_id": "ws0-0"})
+    act(env, "search[jeans]")
+    obs, *_ = act(env, "click[next >]")
+    assert "Page 2 (Total results:" in obs and "< Prev" in obs.split(SEP)
+    hits = env.engine.search("jeans")
+    assert obs.split(SEP)[6::3] == hits[10:20]
+    act(env, "click[< prev]")
+    gold = env.catalog.by_asin[env.task.asin]
+    env.reset(options={"task_id": "ws0-0"})
+    act(env, f"search[{gold.title}]")
+    obs, r, term, trunc, info = act(env, f"click[{gold.asin.lower()}]")
+    segs = obs.split(SEP)
+    assert segs[2:4] == ["Back to Search", "< Prev"] and segs[-1] == "Buy Now"
+    assert segs[-6:-1] == ["Price: " + gold.price_text, "Rating: N.A.", "Description", "Features", "Reviews"]
+    assert info["available_actions"]["clickables"][:6] == ["back to search", "< prev", "description", "features",
+                                                          "reviews", "buy now"]
+    for name, value in env.task.goal_options.items():
+        obs2, *_ = act(env, f"click[{value}]")
+        assert obs2 == obs  # chosen options are not shown in text mode
+        assert env.session.options[name] == value
+    act(env, "click[description]")
+    obs3, *_ = act(env, "click[< prev]")  # back to the item with the options kept
+    assert env.session.page == "item" and env.session.options == env.task.goal_options
+    obs, r, term, trunc, info = act(env, "click[buy now]")
+    assert term and not trunc and r == 1.0 and info["won"] and info["score"] == 1.0
+    assert info["reward_info"]["r_type"] == 1.0 and info["reward_info"]["r_option"] == 1.0
+    assert obs.startswith("Thank you for shopping with us!") and info["admissible_actions"] == []
+    with pytest.raises(RuntimeError):
+        act(env, "click[buy now]")
+
+
+def test_prev_from_item_clears_options_and_back_to_search_resets(env):
+    env.reset(options={"task_id": "ws0-0"})
+    gold = env.catalog.by_asin[env.task.asin]
+    act(env, f"search[{gold.title}]")
+    act(env, f"click[{gold.asin.lower()}]")
+    act(env, f"click[{next(iter(env.task.goal_options.values()))}]")
+    act(env, "click[< prev]")
+    assert env.session.page == "results" and env.session.options == {} and env.session.asin is None
+    act(env, f"click[{gold.asin.lower()}]")
+    assert env.session.options == {} and gold.asin in env.session.asins
+    obs, *_ = act(env, "click[back to search]")
+    assert obs.split(SEP)[0] == "WebShop" and env.session.asins == set() and env.session.keywords is None
+
+
+def test_sub_pages(env, catalog):
+    env.reset(options={"task_id": "ws0-0"})
+    p = next(x for x in catalog.products if x.description and len(x.bullet_points) > 1)
+    act(env, f"search[{p.title}]")
+    act(env, f"click[{p.asin.lower()}]")
+    obs, *_ = act(env, "click[description]")
+    assert obs.split(SEP)[2:] == ["Back to Search", "< Prev", p.description.strip()]
+    assert env.admissible_actions() == ["click[back to search]", "click[< prev]"]
+    act(env, "click[< prev]")
+    obs, *_ = act(env, "click[features]")
+    assert obs.split(SEP)[4:] == [b.strip() for b in p.bullet_points if b.strip() or "\n" not in b]
+    act(env, "click[< prev]")
+    obs, *_ = act(env, "click[reviews]")
+    assert obs.split(SEP)[2:] == ["Back to Search", "< Prev"]
+
+
+def test_invalid_actions_are_flagged_no_ops(env):
+    obs0, _ = env.reset(options={"task_id": "ws0-3"})
+    for bad in ["click[buy now]", "click[search]", "search[]", "buy[it]", "hello", "click[b000000000]"]:
+        obs, r, term, trunc, info = act(env, bad)
+        assert info["action_valid"] is False and info["action_admissible"] is False and info["invalid_reason"]
+        assert r == 0.0 and not term and obs.endswith(obs0) and obs.startswith("Invalid action")
+        assert env.session.page == "search"
+    # Same state -> same anchor hash, whatever the feedback says.
+    assert info["obs_hash"] == env.reset(options={"task_id": "ws0-3"})[1]["obs_hash"]
+    obs, r, term, trunc, info = act(env, "search[<a> solid wood]")
+    assert info["action_valid"] is False and "<a>" in info["invalid_reason"]
+
+
+def test_parsing_rules():
+    assert parse_webshop_action("click[Buy Now] thanks") == ("click", "buy now")
+    assert parse_webshop_action("search[a [b] c]") == ("search[a ", "b] c")  # nested brackets break the name
+    assert parse_webshop_action("search[]") == ("search[]", None)
+
+
+def test_case_sensitivity_and_search_everywhere(catalog):
+    strict = agentgym.make("WebShop-v0", lowercase_actions=False, invalid_feedback=False)
+    obs0, _ = strict.reset(options={"task_id": "ws0-1"})
+    obs, r, term, trunc, info = strict.step("<action>Search[jeans]</action>")
+    assert info["action_valid"] is False and obs == obs0  # WebShop matches the name case-sensitively
+    env = agentgym.make("WebShop-v0")
+    env.reset(options={"task_id": "ws0-1"})
+    _, _, _, _, info = act(env, "Search[Jeans]")  # verl-agent lower-cases the whole action
+    assert info["action_valid"] and env.session.keywords == ["jeans"]
+    # A search from a results page is accepted (as in WebShop) but is not admissible there.
+    _, _, _, _, info = act(env, "search[console table]")
+    assert info["action_valid"] and info["action_admissible"] is False and env.session.keywords == ["console",
+                                                                                                    "table"]
+
+
+def test_search_shortcuts(env, catalog):
+    env.reset(options={"task_id": "ws0-1"})
+    obs, *_ = act(env, "search[<c> beauty]")
+    n = sum(p.category == "beauty" for p in catalog.products)
+    assert f"(Total results: {n})" in obs and n > 50
+    q = catalog.products[0].query
+    act(env, f"search[<q> {q}]")
+    assert set(env.session.hits) == {p.asin for p in catalog.products if p.query == q}
+    act(env, "search[<r>]")
+    assert len(env.session.hits) == 50
+
+
+def test_truncation_reward_modes_and_observation_modes(catalog):
+    env = agentgym.make("WebShop-v0", max_turns=3)
+    env.reset(options={"task_id": "ws0-5"})
+    for k in range(3):
+        obs, r, term, trunc, info = act(env, "click[search]")
+    assert trunc and not term and info["score"] == 0.0
+    ten = agentgym.make("WebShop-v0", reward_mode="verl-agent", observation_mode="verl-agent")
+    obs, _ = ten.reset(options={"task_id": "ws0-0"})
+    assert obs == "'Search'"
+    total = 0.0
+    for _ in range(15):
+        obs, r, term, trunc, info = ten.step(ten.oracle_action())
+        total += r
+        if term:
+            break
+    assert total == 10.0 and info["won"] and info["task_score"] == 1.0
+    assert verl_agent_view(SEP.join(["Instruction:", "x", "Back to Search"])) == "'Back to Search'"
+
+
+def test_prompt_is_verl_agent_style(env):
+    env.reset(options={"task_id": "ws0-0"})
+    p = env.prompt()
+    assert "WebShop e-commerce environment" in p and env.task.instruction in p
+    assert "'search[<your query>]',\n'click[search]'," in p and "Your current observation is: 'Search'." in p
+    act(env, "search[jeans]")
+    act(env, "click[nothing here]")
+    p = env.prompt()
+    assert "you have already taken 2 step(s)" in p and "[Observation 1: ''Search'', Action 1: 'search[jeans]']" in p
+    assert "Invalid action" not in p  # verl-agent shows the unchanged page
+
+
+def test_tasks_and_selection(env, catalog):
+    assert len(env.task_ids()) == 500 and env.task_ids(3) == ["ws0-0", "ws0-1", "ws0-2"]
+    train = agentgym.make("WebShop-v0", split="train")
+    assert len(train.task_ids()) == 6410 and train.task_ids(1) == ["ws0-500"]
+    assert not set(env.task_ids()) & set(train.task_ids())
+    _, info = env.reset(seed=1)
+    assert info["task_id"] in set(env.task_ids())
+    _, info = env.reset(options={"goal_index": 4321})
+    assert info["task_id"] == "ws0-4321"
+    assert env.get_task("ws1000-0").seed == 1000
+    seeded = agentgym.make("WebShop-v0", goal_seed=1000)
+    assert seeded.task_ids(1) == ["ws1000-0"]
+    d = env.get_task("ws0-7").to_dict()
+    obs, info = env.reset(options={"task": d})
+    assert env.task.instruction == d["instruction"] and info["task_id"] == "ws0-7"
+    human = agentgym.make("WebShop-v0", split="human")
+    assert len(human.task_ids()) == 13 and human.task_ids(1) == ["wsh0-0"]
+    for bad in ({"task_id": "nope"}, {"task_id": "ws0-6910"}, {"goal_index": -1}, {"foo": 1},
+                {"task": {"asin": "X"}}):
+        with pytest.raises(TaskError):
+            env.reset(options=bad)
+    with pytest.raises(TaskError):
+        agentgym.make("WebShop-v0", split="valid")
+
+
+def test_oracle_reaches_the_ceiling_on_the_test_split(catalog):
+    """The oracle scores 1.0 exactly on the goals where buying the gold product with the goal options scores 1.0
+    (spec §1.5: 458 of the 6,910 cannot, because of WebShop's option matching); the rest are its ceiling."""
+    from agentgym.envs.webshop.reward import RewardGoal, get_reward
+
+    env = agentgym.make("WebShop-v0", split="test")
+    prices = env.prices()
+    reachable = set()
+    for g in env.goals():
+        gold = catalog.by_asin[g.asin]
+        rg = RewardGoal(gold.title, gold.query, gold.product_category, g.attributes, g.goal_options, g.price_upper,
+                        tuple(catalog.nouns[g.asin]))
+        if get_reward(gold, rg, prices[g.asin], dict(g.goal_options), catalog.nouns[g.asin])[0] == 1.0:
+            reachable.add(g.task_id)
+    assert len(reachable) == 6452  # spec §8
+    won, scores, turns = set(), [], []
+    for tid in env.task_ids():
+        env.reset(options={"task_id": tid})
+        for _ in range(env.max_turns):
+            obs, r, term, trunc, info = env.step(env.oracle_action())
+            if term or trunc:
+                break
+        assert term, f"oracle did not buy on {tid}"
+        turns.append(info["turn"])
+        scores.append(info["score"])
+        if info["won"]:
+            won.add(tid)
+    assert won == reachable & set(env.task_ids())
+    assert len(won) == 471 and max(turns) <= 15
+    assert np.mean(scores) > 0.98
+
+
+def test_random_policy_uses_admissible_actions(env):
+    rng = np.random.default_rng(0)
+    for seed in range(5):
+        env.reset(seed=seed)
+        for _ in range(15):
+            a = env.random_action(rng)
+            obs, r, term, trunc, info = env.step(a)
+            # verl-agent lists click[search] although WebShop refuses it; everything else goes through.
+            assert info["action_valid"] == info["action_admissible"] == (a != "<action>click[search]</action>")
+            if term or trunc:
+                break

@@ -1,0 +1,63 @@
+"""Goal generation against verl-agent's goal lists for seeds 0 and 1000, and the splits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentgym.envs.webshop.goals import SPLIT_RANGES, goal_list, split_indices, verl_agent_worker_seed
+
+
+@pytest.fixture(scope="module")
+def goal_ref(ws_ref):
+    with open(ws_ref("synthetic_goals_seed0_seed1000.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("seed", [0, 1000])
+def test_goal_list_equals_verl_agent(catalog, goal_ref, seed):
+    goals, prices = goal_list(catalog, seed)
+    ref = goal_ref["seeds"][str(seed)]
+    assert goal_ref["fields"] == ["asin", "price_upper", "instruction_text", "goal_options"]
+    mine = [[g.asin, g.price_upper, g.instruction, g.goal_options] for g in goals]
+    assert len(mine) == 6910 and mine == ref["goals"]
+    assert {a: prices[a] for a in ref["ranged_product_prices"]} == ref["ranged_product_prices"]
+    assert [g.index for g in goals] == list(range(6910)) and {g.seed for g in goals} == {seed}
+
+
+def test_goal_facts(catalog):
+    goals, _ = goal_list(catalog, 0)
+    g0 = goals[0]
+    assert (g0.asin, g0.price_upper) == ("B07GYWW3NY", 80.0)
+    assert g0.instruction == ("Find me straight leg, machine washable men's jeans with color: coal grey, and size: "
+                              "36w x 32l, and price lower than 80.00 dollars")
+    assert len({g.asin for g in goals}) == 415
+    assert sum(g.price_upper == 1000000 for g in goals) == 15
+    counts = [len(g.goal_options) for g in goals]
+    assert [counts.count(k) for k in range(4)] == [185, 538, 4729, 1458]
+    human, _ = goal_list(catalog, 0, "human")
+    assert len(human) == 13 and all(isinstance(g.goal_options, list) for g in human)
+
+
+def test_splits_are_disjoint_and_cover_the_list():
+    test, train, everything = (split_indices(s, 6910) for s in ("test", "train", "all"))
+    assert len(test) == 500 and len(train) == 6410 and len(everything) == 6910
+    assert not set(test) & set(train) and set(test) | set(train) == set(everything)
+    assert set(SPLIT_RANGES) == {"test", "train", "all"}
+
+
+def test_verl_agent_worker_seeds():
+    assert [verl_agent_worker_seed(i, group_n=8) for i in (0, 7, 8, 15, 16)] == [0, 0, 1, 1, 2]
+    assert verl_agent_worker_seed(3, validation=True) == 1003
+
+
+def test_goal_lists_are_seeded_not_global(catalog):
+    import random
+
+    random.seed(12345)
+    state = random.getstate()
+    a, _ = goal_list(catalog, 7)
+    assert random.getstate() == state  # the global RNG is untouched
+    b, _ = goal_list(catalog, 8)
+    assert [g.instruction for g in a] != [g.instruction for g in b]
