@@ -36,12 +36,8 @@ __all__ = [
     "bipace",
 ]
 
-# groups up to this many records use the Gram-matrix form of Algorithm 1 (one float64 GEMM per group, then O(n)
-# work per record); larger groups use the direct form (a matrix-vector product against the centroids per record)
-_GRAM_MAX = 1024
-
-
 def _greedy_direct(x: np.ndarray, thr: float) -> np.ndarray:
+    """Algorithm 1 written literally (one matrix-vector product per record); the reference for the blocked form."""
     n, dim = x.shape
     labels = np.empty(n, dtype=np.int64)
     cent = np.empty((min(n, 64), dim), dtype=np.float64)
@@ -69,37 +65,58 @@ def _greedy_direct(x: np.ndarray, thr: float) -> np.ndarray:
     return labels
 
 
-def _greedy_gram(gram: np.ndarray, thr: float) -> np.ndarray:
-    """Algorithm 1 on the Gram matrix: ``P[j, m]`` holds centroid_j . x_m for every record m, so each record
-    needs O(n) work. Centroid update: K' = (a K + b x_i)/||a K + b x_i|| with a = (|M|-1)/|M|, b = 1/|M| and
-    ||a K + b x_i||^2 = a^2 ||K||^2 + 2ab (K . x_i) + b^2 (x_i . x_i)."""
-    n = gram.shape[0]
+def _greedy_blocked(x: np.ndarray, thr: float, block: int = 32) -> np.ndarray:
+    """Algorithm 1 processed in blocks of records (exact, float64).
+
+    At the start of a block one GEMM gives every record's dot with every current centroid, and a second the
+    block's own Gram matrix. Inside the block the records are taken one by one as in Algorithm 1; when record r
+    joins centroid j (K_j' = (a K_j + b x_r)/||a K_j + b x_r||, a = (|M|-1)/|M|, b = 1/|M|, with
+    ||a K_j + b x_r||^2 = a^2 ||K_j||^2 + 2ab K_j.x_r + b^2 x_r.x_r) the later records' dots with K_j are updated
+    by the same linear formula from the block Gram matrix, and a record that opens a cluster gets its column from
+    the Gram matrix. Cost: n * D * (K + block) flops in BLAS-3 instead of n * K matrix-vector products.
+    """
+    n, dim = x.shape
     labels = np.empty(n, dtype=np.int64)
-    P = np.empty((n, n), dtype=np.float64)
+    cent = np.empty((min(n, 64), dim), dtype=np.float64)
+    knorm2: list[float] = []  # ||K_j||^2: x.x for a fresh centroid, 1 once normalized
     sizes: list[int] = []
-    knorm2: list[float] = []  # ||K_j||^2: x_i . x_i for a fresh centroid, 1 once normalized
     k = 0
-    for i in range(n):
+    for b0 in range(0, n, block):
+        xb = x[b0:b0 + block]
+        nb = xb.shape[0]
+        S = np.empty((nb, k + nb), dtype=np.float64)
         if k:
-            s = P[:k, i]
-            j = int(np.argmax(s))
-            sj = float(s[j])
-            if 1.0 - sj <= thr:
-                m = sizes[j] + 1
-                sizes[j] = m
-                a = (m - 1) / m
-                b = 1.0 / m
-                nrm2 = a * a * knorm2[j] + 2.0 * a * b * sj + b * b * float(gram[i, i])
-                if nrm2 > 0:
-                    P[j] = (a * P[j] + b * gram[i]) / np.sqrt(nrm2)
-                    knorm2[j] = 1.0
-                labels[i] = j
-                continue
-        P[k] = gram[i]
-        sizes.append(1)
-        knorm2.append(float(gram[i, i]))
-        labels[i] = k
-        k += 1
+            S[:, :k] = xb @ cent[:k].T
+        gb = xb @ xb.T
+        for r in range(nb):
+            if k:
+                s = S[r, :k]
+                j = int(s.argmax())  # ties -> lowest j
+                sj = float(s[j])
+                if 1.0 - sj <= thr:
+                    m = sizes[j] + 1
+                    sizes[j] = m
+                    a = (m - 1) / m
+                    b = 1.0 / m
+                    nrm2 = a * a * knorm2[j] + 2.0 * a * b * sj + b * b * float(gb[r, r])
+                    if nrm2 > 0:  # an exactly antipodal pair (eps = 2) would give a zero centroid: keep the old one
+                        inv = 1.0 / np.sqrt(nrm2)
+                        cj = cent[j]
+                        cj *= a * inv
+                        cj += (b * inv) * xb[r]
+                        if r + 1 < nb:
+                            S[r + 1:, j] = (a * inv) * S[r + 1:, j] + (b * inv) * gb[r + 1:, r]
+                        knorm2[j] = 1.0
+                    labels[b0 + r] = j
+                    continue
+            if k == cent.shape[0]:
+                cent = np.concatenate([cent, np.empty_like(cent)])
+            cent[k] = xb[r]
+            S[r + 1:, k] = gb[r + 1:, r]
+            knorm2.append(float(gb[r, r]))
+            sizes.append(1)
+            labels[b0 + r] = k
+            k += 1
     return labels
 
 
@@ -117,11 +134,7 @@ def greedy_cosine_clusters(x: np.ndarray, eps: float, atol: float = 1e-6) -> np.
     n = x.shape[0]
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    thr = float(eps) + float(atol)
-    x64 = x.astype(np.float64)
-    if n <= _GRAM_MAX:
-        return _greedy_gram(x64 @ x64.T, thr)
-    return _greedy_direct(x64, thr)
+    return _greedy_blocked(np.ascontiguousarray(x, dtype=np.float64), float(eps) + float(atol))
 
 
 def _group_slices(batch: TrajectoryBatch) -> list[np.ndarray]:
@@ -171,12 +184,11 @@ def cluster_groups(batch: TrajectoryBatch, eps: float, atol: float = 1e-6, x: np
             xg = np.eye(int(inv.max()) + 1, dtype=np.float64)[inv.reshape(-1)]
         else:
             xg = x[rows] if x is not None else batch.embedding[rows]
-        if _cache is not None and xg.shape[0] <= _GRAM_MAX:
+        if _cache is not None:
             key = int(rows[0])
             if key not in _cache:
-                x64 = xg.astype(np.float64)
-                _cache[key] = x64 @ x64.T
-            lab = _greedy_gram(_cache[key], thr)
+                _cache[key] = np.ascontiguousarray(xg, dtype=np.float64)
+            lab = _greedy_blocked(_cache[key], thr)
         else:
             lab = greedy_cosine_clusters(xg, eps, atol)
         labels[rows] = lab + offset

@@ -84,6 +84,18 @@ def test_I2_float32_duplicates_always_merge_at_eps0(n, n_base, dim, seed):
 
 
 @SET
+@given(st.integers(1, 120), st.integers(2, 24), st.floats(0.0, 0.8), st.sampled_from([1, 3, 32]),
+       st.integers(0, 2**31 - 1))
+def test_blocked_greedy_equals_literal_algorithm_1(n, dim, eps, block, seed):
+    from estimators.bipace import _greedy_blocked, _greedy_direct
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(4, dim))
+    x = centers[rng.integers(0, 4, size=n)] + 0.4 * rng.normal(size=(n, dim))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    assert np.array_equal(_greedy_blocked(x, eps + 1e-6, block), _greedy_direct(x, eps + 1e-6))
+
+
+@SET
 @given(st.integers(2, 50), st.integers(2, 16), st.floats(0.01, 0.6), st.integers(0, 2**31 - 1))
 def test_I3_greedy_is_deterministic_in_canonical_order(n, dim, eps, seed):
     rng = np.random.default_rng(seed)
