@@ -183,6 +183,9 @@ def test_doing_nothing_wins_exactly_the_tasks_whose_gold_changes_and_says_nothin
      "must be a string"),
     ('<tool_call>{"arguments": {}}</tool_call>', "must be a JSON object"),
     ('<tool_call>["get_user_details"]</tool_call>', "must be a JSON object"),
+    ("<tool_call>" + "[" * 100_000 + "</tool_call>", "not valid JSON"),
+    ('<tool_call>{"name": ["x"], "arguments": {}}</tool_call>', "must be a string"),
+    ('<tool_call>{"tool_calls": []}</tool_call>', "empty tool_calls"),
     ('<tool_call>{"type": "function", "function": {"name": "get_user_details", "arguments": "{oops"}}</tool_call>',
      "not valid JSON"),
 ])
@@ -328,3 +331,28 @@ def test_pass_hat_k_and_summary():
     assert s["errors"] == 1 and s["episodes"] == 8 and set(s["pass_hat_k"]) == {1, 2, 3, 4}
     assert s["category_success"] == {"no_action": 1.0, "state_change": 0.75}
     assert s["avg_reward"] == pytest.approx(7 / 8)
+
+
+def test_task_dict_option_and_data_dir(tmp_path):
+    from agentgym.data import shared_data_dirs
+    from agentgym.errors import DataNotFoundError, TaskError
+
+    env = make()
+    raw = json.loads((env.domain.path / "tasks.json").read_text(encoding="utf-8"))
+    custom = dict(raw[3], id="custom-3")
+    custom["evaluation_criteria"] = dict(custom["evaluation_criteria"], communicate_info=["42"])
+    obs, info = env.reset(options={"task": custom})
+    assert info["task_id"] == "custom-3" and info["category"] == "info_only"
+    r, info, _ = play(env, gold_responses(env.task))
+    assert r == 1.0 and info["reward_info"]["communicate_checks"] == [{"info": "42", "met": True}]
+    with pytest.raises(TaskError):
+        env.reset(options={"task": {"id": "x"}})
+    with pytest.raises(TaskError):
+        env.reset(options={"task": dict(raw[0], initial_state={"initialization_actions": []})})
+    with pytest.raises(DataNotFoundError):
+        make(data_dir=tmp_path / "missing")
+    staged = [d / "tau2_airline" for d in shared_data_dirs() if (d / "tau2_airline" / "db.json").exists()]
+    if staged:  # the staged copy is the same data as the package's
+        other = make(data_dir=staged[0])
+        assert other.task_ids() == env.task_ids()
+        assert other.domain.db["reservations"]["4WQ150"] == env.domain.db["reservations"]["4WQ150"]

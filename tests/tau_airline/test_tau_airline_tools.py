@@ -88,6 +88,9 @@ def test_invalid_calls_are_reported_not_raised(domain, name, args, fragment):
     ("calculate", {"expression": "__import__('os')"}, "Invalid characters"),
     ("calculate", {"expression": "1/0"}, "division by zero"),
     ("calculate", {"expression": "2 +* 3"}, "Invalid expression"),
+    ("calculate", {"expression": "2 ** 3"}, "Invalid expression"),
+    ("calculate", {"expression": "(" * 5000 + "1" + ")" * 5000}, "Invalid expression"),
+    ("calculate", {"expression": "9" * 400 + " * 1"}, "out of range"),
     ("update_reservation_passengers", {"reservation_id": "4WQ150", "passengers": []}, "does not match"),
 ])
 def test_domain_refusals(domain, name, args, fragment):

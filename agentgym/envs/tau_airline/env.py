@@ -88,6 +88,8 @@ def _extract_call(obj: Any) -> tuple[Any, Any, str | None]:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError as e:
             return obj["name"], None, f"the arguments string is not valid JSON: {e.msg} (at char {e.pos})"
+        except RecursionError:
+            return obj["name"], None, "the arguments string is not valid JSON: nested too deeply"
     return obj["name"], args, None
 
 
@@ -205,8 +207,9 @@ class TauAirlineEnv(AgentEnv):
         try:
             obj = json.loads(body)
         except json.JSONDecodeError as e:
-            reason = f"the tool call is not valid JSON: {e.msg} (at char {e.pos})"
-            return self._bad_call(reason)
+            return self._bad_call(f"the tool call is not valid JSON: {e.msg} (at char {e.pos})")
+        except RecursionError:
+            return self._bad_call("the tool call is not valid JSON: nested too deeply")
         name, args, problem = _extract_call(obj)
         if problem is not None:
             return self._bad_call(problem, name if isinstance(name, str) else None)

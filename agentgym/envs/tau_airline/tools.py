@@ -299,15 +299,18 @@ def calculate(db: EpisodeDB, expression: str) -> str:
     # τ² eval()s the expression after a character check; an AST walk gives the same numbers without eval.
     if not all(c in "0123456789+-*/(). " for c in expression):
         raise ToolError("Invalid characters in expression")
+    if len(expression) > 10_000:
+        raise ToolError("Invalid expression: too long")
     try:
-        value = _arith(ast.parse(expression, mode="eval"))
+        return str(round(float(_arith(ast.parse(expression, mode="eval"))), 2))
     except SyntaxError as e:
         raise ToolError(f"Invalid expression: {e.msg}") from None
     except ZeroDivisionError:
         raise ToolError("division by zero") from None
     except OverflowError:
         raise ToolError("numerical result out of range") from None
-    return str(round(float(value), 2))
+    except (RecursionError, MemoryError):
+        raise ToolError("Invalid expression: nested too deeply") from None
 
 
 def cancel_reservation(db: EpisodeDB, reservation_id: str) -> dict:
