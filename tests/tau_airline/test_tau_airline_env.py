@@ -356,3 +356,23 @@ def test_task_dict_option_and_data_dir(tmp_path):
         other = make(data_dir=staged[0])
         assert other.task_ids() == env.task_ids()
         assert other.domain.db["reservations"]["4WQ150"] == env.domain.db["reservations"]["4WQ150"]
+
+
+def test_openai_messages_record_the_conversation():
+    env = make()
+    env.reset(options={"task_id": "14"})
+    env.step(tool_call_text("get_user_details", {"user_id": "mohamed_silva_9265"}))
+    env.step("<tool_call>{broken</tool_call>")
+    env.step("<response>Which reservation?</response>")
+    msgs = env.messages()
+    assert [m["role"] for m in msgs] == ["system", "assistant", "user", "assistant", "tool", "assistant", "tool",
+                                        "assistant", "user"]
+    assert "Airline Agent Policy" in msgs[0]["content"]
+    call, result = msgs[3], msgs[4]
+    assert call["tool_calls"][0]["function"]["name"] == "get_user_details"
+    assert json.loads(call["tool_calls"][0]["function"]["arguments"]) == {"user_id": "mohamed_silva_9265"}
+    assert result["tool_call_id"] == call["tool_calls"][0]["id"] and "mohamed_silva_9265" in result["content"]
+    assert msgs[6]["content"].startswith("Error:") and msgs[7]["content"] == "Which reservation?"
+    # The default prompt keeps the whole conversation, not just the last two turns.
+    assert "mohamed_silva_9265" in env.prompt().split("Prior to this step")[1]
+    json.dumps(msgs)

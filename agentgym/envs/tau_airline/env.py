@@ -112,14 +112,16 @@ class TauAirlineEnv(AgentEnv):
             ``shared/data/tau2_airline``; see :mod:`.tasks`).
         user: ``"scripted"`` (default), a :class:`~.user.UserSimulator`, an :class:`~.user.LLMUserConfig` or its
             dict, or a callable ``messages -> str``.
-        max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
+        history_length: turns of history in :meth:`prompt`; the default shows the whole conversation (50 =
+            ``max_turns``), since the agent needs what the user said and what the tools returned earlier.
+        max_turns, invalid_action_penalty, render_mode: see :class:`~agentgym.core.AgentEnv`.
     """
 
     action_tags = ("tool_call", "response")
     prompt_template = _TEMPLATE
 
     def __init__(self, split: str = "test", *, data_dir: str | Path | None = None, user: Any = "scripted",
-                 max_turns: int = 50, invalid_action_penalty: float = 0.0, history_length: int = 2,
+                 max_turns: int = 50, invalid_action_penalty: float = 0.0, history_length: int = 50,
                  render_mode: str | None = None):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
                          history_length=history_length, render_mode=render_mode)
@@ -132,7 +134,7 @@ class TauAirlineEnv(AgentEnv):
         self.db = EpisodeDB(self.domain.db)
         self.calls: list[ToolCallRecord] = []
         self.agent_messages: list[str] = []
-        self.transcript: list[dict] = []  # τ²-style messages: assistant / user / tool
+        self.transcript: list[dict] = []  # OpenAI-format messages of the conversation (see messages())
         self.gold_position = 0
         self.reward_info: RewardInfo | None = None
         self._speaker: str | None = None
@@ -215,8 +217,7 @@ class TauAirlineEnv(AgentEnv):
             return self._bad_call(problem, name if isinstance(name, str) else None)
         result = call_tool(self.db, name, args)
         self._tool_name = result.name
-        self.transcript.append({"role": "tool", "name": result.name, "arguments": result.arguments,
-                                "content": result.content, "ok": result.ok})
+        self._log_call(result.name, args, result.content)
         if result.kind == "invalid_call":
             return StepOutcome(f"Tool ({result.name}): {result.content}", valid=False, process_ok=False,
                                invalid_reason=result.content)
@@ -227,11 +228,26 @@ class TauAirlineEnv(AgentEnv):
 
     def _bad_call(self, reason: str, name: str | None = None) -> StepOutcome:
         self._tool_name = name
-        self.transcript.append({"role": "tool", "name": name, "arguments": None, "content": f"Error: {reason}",
-                                "ok": False})
+        self._log_call(name, None, f"Error: {reason}")
         return StepOutcome(f"Tool error: {reason}. Write <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}"
                            "</tool_call> with one of the tools: " + ", ".join(TOOLS) + ".",
                            valid=False, process_ok=False, invalid_reason=reason)
+
+    def _log_call(self, name: Any, args: Any, content: str) -> None:
+        call_id = f"call_{self.turn}"
+        try:
+            arg_text = json.dumps(args, ensure_ascii=False) if args is not None else ""
+        except (TypeError, ValueError, RecursionError):
+            arg_text = ""
+        self.transcript.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": str(name), "arguments": arg_text}}]})
+        self.transcript.append({"role": "tool", "tool_call_id": call_id, "content": content})
+
+    def messages(self, system: bool = True) -> list[dict]:
+        """The conversation so far as OpenAI chat messages (system prompt with the policy, the greeting, user turns,
+        assistant tool calls and tool results), for agents that use native tool calling with :attr:`tools`."""
+        head = [{"role": "system", "content": self.domain.policy}] if system else []
+        return head + [dict(m) for m in self.transcript]
 
     def _advance_gold(self, name: str, args: dict) -> None:
         gold = self.task.gold_actions
