@@ -18,6 +18,12 @@ def _find(name: str):
 
 
 @pytest.fixture(scope="session")
+def ws_data():
+    """Path of a file under webshop/ (skips when absent)."""
+    return lambda name: _find(f"webshop/{name}")
+
+
+@pytest.fixture(scope="session")
 def ws_ref():
     """Path of a file under webshop/reference/ (skips when absent)."""
     return lambda name: _find(f"webshop/reference/{name}")

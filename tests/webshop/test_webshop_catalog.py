@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from agentgym.data import find_data
 from agentgym.envs.webshop.catalog import (DOCUMENTS_1K_BLOB_ID, document_text, git_blob_id, load_catalog,
                                            process_raw_product)
 
@@ -22,8 +21,8 @@ def test_catalog_facts(catalog):
     assert load_catalog() is catalog  # cached
 
 
-def test_processed_file_is_the_official_blob():
-    assert git_blob_id(find_data("webshop/documents_1k.jsonl")) == DOCUMENTS_1K_BLOB_ID
+def test_processed_file_is_the_official_blob(ws_data):
+    assert git_blob_id(ws_data("documents_1k.jsonl")) == DOCUMENTS_1K_BLOB_ID
 
 
 def test_document_text_rebuilds_every_search_document(catalog):
@@ -32,12 +31,12 @@ def test_document_text_rebuilds_every_search_document(catalog):
     assert bad == []
 
 
-def test_load_products_port_on_raw_records(catalog):
+def test_load_products_port_on_raw_records(catalog, ws_data):
     """Raw records rebuilt from the processed ones (price strings, option dicts with '/' values) go through
     WebShop's load_products port to the same products."""
-    with open(find_data("webshop/documents_1k.jsonl"), encoding="utf-8") as f:
+    with open(ws_data("documents_1k.jsonl"), encoding="utf-8") as f:
         processed = [json.loads(line)["product"] for line in f][:200]
-    with open(find_data("webshop/items_ins_v2_1000.json"), encoding="utf-8") as f:
+    with open(ws_data("items_ins_v2_1000.json"), encoding="utf-8") as f:
         ins = json.load(f)
     for p in processed:
         raw = {k: p[k] for k in ("name", "full_description", "images", "product_category", "average_rating",
@@ -48,3 +47,30 @@ def test_load_products_port_on_raw_records(catalog):
         out = process_raw_product(raw, ins)
         for key in ("Title", "Description", "BulletPoints", "Price", "pricing", "options", "Attributes", "query"):
             assert out[key] == p[key], (p["asin"], key)
+
+
+def test_official_file_layout_loads_the_same_catalogue(catalog, ws_data, tmp_path):
+    """``data_dir=`` with items_shuffle_1000.json-style raw records (rebuilt from the processed file) goes through
+    load_products, document building and indexing to the same products; the hash check refuses non-official files."""
+    import pytest
+
+    from agentgym.envs.webshop.catalog import WebShopDataError
+
+    with open(ws_data("documents_1k.jsonl"), encoding="utf-8") as f:
+        processed = [json.loads(line)["product"] for line in f]
+    raw = []
+    for p in processed:
+        r = {k: p[k] for k in ("name", "full_description", "images", "product_category", "average_rating",
+                               "small_description", "customization_options", "asin", "category", "page", "query")}
+        r["pricing"] = "" if p["Price"] == "$100.0" and p["pricing"] == [100.0] else " - ".join(
+            f"${x}" for x in p["pricing"])
+        raw.append(r)
+    (tmp_path / "items_shuffle_1000.json").write_text(json.dumps(raw), encoding="utf-8")
+    (tmp_path / "items_ins_v2_1000.json").write_bytes(ws_data("items_ins_v2_1000.json").read_bytes())
+    with pytest.raises(WebShopDataError, match="not the official"):
+        load_catalog(tmp_path)
+    other = load_catalog(tmp_path, verify=False)
+    assert [p.asin for p in other.products] == [p.asin for p in catalog.products]
+    for a, b in zip(other.products, catalog.products):
+        assert (a.title, a.price_text, a.pricing, a.options, a.attributes, a.contents, a.instruction_text) == (
+            b.title, b.price_text, b.pricing, b.options, b.attributes, b.contents, b.instruction_text)

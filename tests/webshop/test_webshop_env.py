@@ -204,17 +204,11 @@ def test_tasks_and_selection(env, catalog):
 def test_oracle_reaches_the_ceiling_on_the_test_split(catalog):
     """The oracle scores 1.0 exactly on the goals where buying the gold product with the goal options scores 1.0
     (spec §1.5: 458 of the 6,910 cannot, because of WebShop's option matching); the rest are its ceiling."""
-    from agentgym.envs.webshop.reward import RewardGoal, get_reward
+    from agentgym.envs.webshop.oracle import ceiling_reward
 
     env = agentgym.make("WebShop-v0", split="test")
     prices = env.prices()
-    reachable = set()
-    for g in env.goals():
-        gold = catalog.by_asin[g.asin]
-        rg = RewardGoal(gold.title, gold.query, gold.product_category, g.attributes, g.goal_options, g.price_upper,
-                        tuple(catalog.nouns[g.asin]))
-        if get_reward(gold, rg, prices[g.asin], dict(g.goal_options), catalog.nouns[g.asin])[0] == 1.0:
-            reachable.add(g.task_id)
+    reachable = {g.task_id for g in env.goals() if ceiling_reward(g, catalog, prices) == 1.0}
     assert len(reachable) == 6452  # spec §8
     won, scores, turns = set(), [], []
     for tid in env.task_ids():
@@ -231,6 +225,19 @@ def test_oracle_reaches_the_ceiling_on_the_test_split(catalog):
     assert won == reachable & set(env.task_ids())
     assert len(won) == 471 and max(turns) <= 15
     assert np.mean(scores) > 0.98
+
+
+def test_oracle_on_human_goals(catalog):
+    from agentgym.envs.webshop.oracle import ceiling_reward
+
+    env = agentgym.make("WebShop-v0", split="human")
+    for tid in env.task_ids():
+        env.reset(options={"task_id": tid})
+        for _ in range(env.max_turns):
+            obs, r, term, trunc, info = env.step(env.oracle_action())
+            if term or trunc:
+                break
+        assert term and info["score"] == pytest.approx(ceiling_reward(env.task, catalog, env.prices()))
 
 
 def test_random_policy_uses_admissible_actions(env):

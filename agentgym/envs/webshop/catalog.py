@@ -125,7 +125,7 @@ def process_raw_product(raw: dict, ins: dict, human: dict | None = None) -> dict
     p["Reviews"] = []
     p["Rating"] = "N.A."
     sd = p.get("small_description")
-    p["BulletPoints"] = sd.strip().split("\n") if isinstance(sd, str) else list(sd or [])
+    p["BulletPoints"] = list(sd) if isinstance(sd, list) else [sd]
     pricing = p.get("pricing")
     if pricing is None or not pricing:
         prices, tag = [100.0], "$100.0"

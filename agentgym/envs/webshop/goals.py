@@ -134,8 +134,7 @@ def human_goals(catalog: Catalog, prices: dict[str, float], rng: random.Random) 
 
 
 @lru_cache(maxsize=16)
-def _goal_list_cached(catalog_key: int, catalog: Catalog, seed: int, kind: str) -> tuple[tuple[WebShopGoal, ...],
-                                                                                       dict[str, float]]:
+def _goal_list_cached(catalog: Catalog, seed: int, kind: str) -> tuple[tuple[WebShopGoal, ...], dict[str, float]]:
     rng = random.Random(seed)
     prices = product_prices(catalog, rng)
     goals = synthetic_goals(catalog, prices, rng) if kind == "synthetic" else human_goals(catalog, prices, rng)
@@ -152,7 +151,7 @@ def goal_list(catalog: Catalog, seed: int = 0, kind: str = "synthetic") -> tuple
     """(the shuffled goal list, the session prices) of a WebShop built with ``seed`` (cached)."""
     if kind not in ("synthetic", "human"):
         raise TaskError(f"goal kind must be 'synthetic' or 'human', got {kind!r}")
-    return _goal_list_cached(id(catalog), catalog, int(seed), kind)
+    return _goal_list_cached(catalog, int(seed), kind)
 
 
 def split_indices(split: str, n_goals: int) -> range:

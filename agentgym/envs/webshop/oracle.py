@@ -20,8 +20,25 @@ from typing import Callable
 from .catalog import Catalog
 from .goals import WebShopGoal
 from .pages import RESULTS_PER_PAGE, ShopSession
+from .reward import RewardGoal, get_reward
 
-__all__ = ["oracle_query", "oracle_command", "goal_option_values"]
+__all__ = ["oracle_query", "oracle_command", "goal_option_values", "ceiling_reward"]
+
+
+def ceiling_reward(goal: WebShopGoal, catalog: Catalog, prices: dict[str, float]) -> float:
+    """The reward of buying the gold product with exactly the goal options at its session price: the best any
+    policy can score on ``goal`` (1.0 for 6,452 of the 6,910 synthetic goals)."""
+    gold = catalog.by_asin[goal.asin]
+    rgoal = RewardGoal(name=gold.title, query=gold.query, product_category=gold.product_category,
+                       attributes=goal.attributes, goal_options=goal.goal_options, price_upper=goal.price_upper,
+                       nouns=tuple(catalog.nouns[gold.asin]))
+    if isinstance(goal.goal_options, dict):
+        options = dict(goal.goal_options)
+    else:  # human goals: the listed values that are options of the product, each in its (last) group
+        options = {}
+        for value in goal_option_values(goal, catalog):
+            options[[g for g, vs in gold.options.items() if value in vs][-1]] = value
+    return get_reward(gold, rgoal, prices.get(gold.asin, 100.0), options, catalog.nouns[gold.asin])[0]
 
 
 def oracle_query(goal: WebShopGoal, catalog: Catalog, search_fn: Callable[[str], list[str]]) -> str:
