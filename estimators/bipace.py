@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import zlib
 from dataclasses import dataclass, field
@@ -24,6 +25,23 @@ from .registry import register
 from .result import AdvantageResult, finalize
 
 logger = logging.getLogger(__name__)
+
+try:  # optional: keep BLAS single-threaded inside the sequential clustering loop
+    from threadpoolctl import threadpool_limits as _threadpool_limits
+except ImportError:  # pragma: no cover - threadpoolctl is optional
+    _threadpool_limits = None
+
+
+def _single_thread_blas():
+    """The clustering loop issues many small GEMMs between Python steps. A multi-threaded BLAS wakes its workers
+    for each one and leaves them spinning while Python runs; on a busy 2-core machine that made the loop 10-100x
+    slower. When threadpoolctl is installed, BLAS is limited to one thread for the duration of the loop."""
+    if _threadpool_limits is None:
+        return contextlib.nullcontext()
+    try:
+        return _threadpool_limits(limits=1, user_api="blas")
+    except Exception:  # pragma: no cover - never let an introspection problem break the estimator
+        return contextlib.nullcontext()
 
 __all__ = [
     "greedy_cosine_clusters",
@@ -134,7 +152,8 @@ def greedy_cosine_clusters(x: np.ndarray, eps: float, atol: float = 1e-6) -> np.
     n = x.shape[0]
     if n == 0:
         return np.zeros(0, dtype=np.int64)
-    return _greedy_blocked(np.ascontiguousarray(x, dtype=np.float64), float(eps) + float(atol))
+    with _single_thread_blas():
+        return _greedy_blocked(np.ascontiguousarray(x, dtype=np.float64), float(eps) + float(atol))
 
 
 def _group_slices(batch: TrajectoryBatch) -> list[np.ndarray]:
@@ -177,6 +196,12 @@ def cluster_groups(batch: TrajectoryBatch, eps: float, atol: float = 1e-6, x: np
         remap = np.zeros(int(lab.max()) + 1, dtype=np.int64)
         remap[uniq] = rank
         return remap[lab], int(uniq.size)
+    with _single_thread_blas():
+        return _cluster_each_group(batch, eps, atol, thr, x, embedder, _cache, labels)
+
+
+def _cluster_each_group(batch: TrajectoryBatch, eps: float, atol: float, thr: float, x: np.ndarray | None,
+                        embedder: str, _cache: dict | None, labels: np.ndarray) -> tuple[np.ndarray, int]:
     offset = 0
     for rows in _group_slices(batch):
         if embedder == "identity":
@@ -190,7 +215,7 @@ def cluster_groups(batch: TrajectoryBatch, eps: float, atol: float = 1e-6, x: np
                 _cache[key] = np.ascontiguousarray(xg, dtype=np.float64)
             lab = _greedy_blocked(_cache[key], thr)
         else:
-            lab = greedy_cosine_clusters(xg, eps, atol)
+            lab = _greedy_blocked(np.ascontiguousarray(xg, dtype=np.float64), thr)
         labels[rows] = lab + offset
         offset += int(lab.max()) + 1
     return labels, offset

@@ -1,0 +1,473 @@
+"""Benchmark of the `estimators` package against straightforward per-row plain-Python references (issue 3).
+
+    python benchmarks/estimators.py [--sizes 1000 10000 100000] [--quick] [--markdown]
+
+For each size (turn rows; groups of 8 rollouts of 10-30 turns, 40 anchor observations per group, 5 action keys,
+10% invalid actions) it prints, per estimator, the numpy estimator's median time, the time of a per-row reference
+written in plain Python the way the reference code does it (a loop over rows that scans the row's group for
+matching rows), the ratio, and the largest difference between the two outputs (they must agree). At 100k rows the
+reference runs on a sample of the groups and its time is scaled linearly to the full batch (every group has the
+same size distribution, so the per-group cost does not depend on the batch size); those rows are marked "~".
+
+Then BiPACE (greedy cosine clustering + PACE q + episode term) with 3,584-dimensional float32 fingerprints at the
+paper's setting (16 groups x 8 rollouts x 20 turns) and at 10k rows, against the literal Algorithm 1 (one float64
+matrix-vector product per record, per group), and SGCD on a token table against a per-token Python reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+import estimators as E  # noqa: E402
+from estimators.bipace import _greedy_direct  # noqa: E402
+
+D_DELTA = 1e-6
+
+
+# ------------------------------------------------------------------------------------------------ data
+def synth(n_rows: int, seed: int = 0, G: int = 8, tmin: int = 10, tmax: int = 30, n_states: int = 40):
+    rng = np.random.default_rng(seed)
+    lens = []
+    n = 0
+    g = 0
+    while n < n_rows:
+        for _ in range(G):
+            T = int(rng.integers(tmin, tmax + 1))
+            lens.append((g, T))
+            n += T
+        g += 1
+    gid = np.concatenate([np.full(T, g) for g, T in lens])
+    trj = np.concatenate([np.full(T, i) for i, (_, T) in enumerate(lens)])
+    turn = np.concatenate([np.arange(T) for _, T in lens])
+    done = np.concatenate([np.arange(T) == T - 1 for _, T in lens])
+    N = gid.size
+    succ = rng.integers(0, 2, size=len(lens)).astype(np.float64)
+    return dict(
+        group_id=gid, task_id=gid, traj_id=trj, turn_idx=turn, done=done,
+        reward=np.where(done, succ[trj], 0.0), success=succ[trj],
+        obs_hash=gid * 1000 + rng.integers(0, n_states, size=N), valid_action=rng.random(N) > 0.1,
+        action_key=rng.integers(0, 5, size=N), process_ok=rng.integers(-1, 2, size=N),
+        info_gain=np.where(done, np.nan, np.round(rng.normal(size=N), 3)),
+    )
+
+
+def sub_batch(cols: dict, groups: np.ndarray) -> dict:
+    keep = np.isin(cols["group_id"], groups)
+    return {k: v[keep] for k, v in cols.items()}
+
+
+# ------------------------------------------------------------------------------------------------ references
+class Ref:
+    """Plain-Python structures, built inside every timed reference run."""
+
+    def __init__(self, c: dict):
+        self.n = n = len(c["reward"])
+        self.gid = c["group_id"].tolist()
+        self.tid = c["traj_id"].tolist()
+        self.turn = c["turn_idx"].tolist()
+        self.rew = c["reward"].tolist()
+        self.c = c
+        self.group_rows: dict = {}
+        self.traj_rows: dict = {}
+        for i in range(n):
+            self.group_rows.setdefault(self.gid[i], []).append(i)
+            self.traj_rows.setdefault(self.tid[i], []).append(i)
+        for rows in self.traj_rows.values():
+            rows.sort(key=lambda j: self.turn[j])
+        self.R = {t: sum(self.rew[j] for j in rows) for t, rows in self.traj_rows.items()}
+
+    def col(self, name):
+        return self.c[name].tolist()
+
+    def rtg(self, gamma, kappa):
+        valid = self.col("valid_action")
+        out = [0.0] * self.n
+        for rows in self.traj_rows.values():
+            acc = 0.0
+            for j in reversed(rows):
+                acc = (self.rew[j] - kappa * (0.0 if valid[j] else 1.0)) + gamma * acc
+                out[j] = acc
+        return out
+
+
+def _norm(x, vals, mode, ddof=1, var_eps=0.0):
+    n = len(vals)
+    if n <= 1:
+        return 0.0
+    mu = sum(vals) / n
+    if mode == "mean_norm":
+        return x - mu
+    if mode == "loo":
+        return x - (sum(vals) - x) / (n - 1)
+    var = sum((v - mu) ** 2 for v in vals) / (n - ddof)
+    return (x - mu) / (math.sqrt(var + var_eps) + D_DELTA)
+
+
+def _traj_values_in_group(r: Ref, i, values):
+    """Scan the rows of row i's group; one value per trajectory (first row seen)."""
+    seen = set()
+    out = []
+    for j in r.group_rows[r.gid[i]]:
+        t = r.tid[j]
+        if t not in seen:
+            seen.add(t)
+            out.append(values[t])
+    return out
+
+
+def ref_outcome(c, mode):
+    r = Ref(c)
+    return [_norm(r.R[r.tid[i]], _traj_values_in_group(r, i, r.R), mode) for i in range(r.n)]
+
+
+def ref_dapo(c):
+    r = Ref(c)
+    succ = dict(zip(r.tid, r.col("success")))
+    out = []
+    for i in range(r.n):
+        s = _traj_values_in_group(r, i, succ)
+        keep = max(s) > min(s)
+        out.append(_norm(r.R[r.tid[i]], _traj_values_in_group(r, i, r.R), "mean_std_norm") if keep else 0.0)
+    return out
+
+
+def ref_gigpo(c, gamma=0.95, kappa=0.1):
+    r = Ref(c)
+    obs = r.col("obs_hash")
+    ret = r.rtg(gamma, kappa)
+    out = []
+    for i in range(r.n):
+        ep = _norm(r.R[r.tid[i]], _traj_values_in_group(r, i, r.R), "mean_std_norm")
+        members = [ret[j] for j in r.group_rows[r.gid[i]] if obs[j] == obs[i]]
+        out.append(ep + _norm(ret[i], members, "mean_std_norm"))
+    return out
+
+
+def ref_hgpo(c, K=2, alpha=1.0, gamma=0.95, kappa=0.1):
+    r = Ref(c)
+    obs = r.col("obs_hash")
+    ret = r.rtg(gamma, kappa)
+    hist = [None] * r.n
+    for rows in r.traj_rows.values():
+        for pos, j in enumerate(rows):
+            hist[j] = [obs[rows[pos - m]] if pos - m >= 0 else None for m in range(K + 1)]
+    out = []
+    for i in range(r.n):
+        num = den = 0.0
+        for k in range(1, K + 2):
+            members = [ret[j] for j in r.group_rows[r.gid[i]] if hist[j][:k] == hist[i][:k]]
+            a = _norm(ret[i], members, "mean_std_norm", ddof=0)
+            if a != 0:
+                w = (k + 1) ** alpha
+                num += w * a
+                den += w
+        out.append(num / den if den else 0.0)
+    return out
+
+
+def ref_bipace_identity(c, gamma=0.95, kappa=0.1):
+    r = Ref(c)
+    obs = r.col("obs_hash")
+    key = r.col("action_key")
+    ret = r.rtg(gamma, kappa)
+    out = []
+    for i in range(r.n):
+        ep = _norm(r.R[r.tid[i]], _traj_values_in_group(r, i, r.R), "mean_std_norm")
+        C = [j for j in r.group_rows[r.gid[i]] if obs[j] == obs[i]]
+        if len(C) < 2:
+            out.append(ep)
+            continue
+        same = [ret[j] for j in C if key[j] == key[i]]
+        allv = [ret[j] for j in C]
+        if len(same) >= 2:
+            a = sum(same) / len(same) - sum(allv) / len(allv)
+        else:
+            a = ret[i] - (sum(allv) - ret[i]) / (len(allv) - 1)
+        out.append(ep + a)
+    return out
+
+
+def ref_a2tgpo(c, gamma=1.0, alpha=0.3):
+    r = Ref(c)
+    ig = r.col("info_gain")
+    done = r.col("done")
+    var_eps = 1e-8
+    out = [0.0] * r.n
+    ordinal = [0] * r.n
+    for rows in r.traj_rows.values():
+        e = 0
+        for j in rows:
+            if not done[j]:
+                e += 1
+                ordinal[j] = e
+    igt = [0.0] * r.n
+    for i in range(r.n):
+        if done[i]:
+            continue
+        members = [ig[j] for j in r.group_rows[r.gid[i]] if not done[j] and ordinal[j] == ordinal[i]]
+        igt[i] = _norm(ig[i], members, "mean_std_norm", ddof=0, var_eps=var_eps)
+    for i in range(r.n):
+        vals = _traj_values_in_group(r, i, r.R)
+        a_out = _norm(r.R[r.tid[i]], vals, "mean_std_norm", ddof=0, var_eps=var_eps)
+        if done[i]:
+            out[i] = a_out
+            continue
+        proc = [j for j in r.traj_rows[r.tid[i]] if not done[j]]
+        n = len(proc)
+        e = ordinal[i]
+        acc = sum(gamma ** (ordinal[j] - e) * igt[j] for j in proc if ordinal[j] >= e)
+        out[i] = alpha * acc / math.sqrt(n - e + 1) + a_out
+    return out
+
+
+def ref_gvpo(c, b=0.2, zeta=1e-8):
+    r = Ref(c)
+    pok = r.col("process_ok")
+    out = []
+    for i in range(r.n):
+        a = _norm(r.R[r.tid[i]], _traj_values_in_group(r, i, r.R), "mean_norm")
+        if pok[i] == 0:
+            a = -b if abs(a) <= zeta else ((1 + b) * a if a < -zeta else 0.0)
+        out.append(a)
+    return out
+
+
+def ref_pvpo(c, table):
+    r = Ref(c)
+    task = r.col("task_id")
+    return [r.R[r.tid[i]] - table[task[i]] for i in range(r.n)]
+
+
+def ref_igpo(c, gamma=1.0):
+    r = Ref(c)
+    ig = r.col("info_gain")
+    done = r.col("done")
+    val = [r.R[r.tid[i]] if done[i] else ig[i] for i in range(r.n)]
+    rt = []
+    for i in range(r.n):
+        members = [val[j] for j in r.group_rows[r.gid[i]]]
+        rt.append(_norm(val[i], members, "mean_std_norm", ddof=0, var_eps=1e-8))
+    out = [0.0] * r.n
+    for rows in r.traj_rows.values():
+        acc = 0.0
+        for j in reversed(rows):
+            acc = rt[j] + gamma * acc
+            out[j] = acc
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ timing
+def median_time(fn, repeat):
+    ts = []
+    out = None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts), out
+
+
+def fmt_ms(s):
+    return f"{s * 1e3:,.1f} ms" if s < 10 else f"{s:,.1f} s"
+
+
+def turn_table(sizes, quick, rows_out):
+    cases = [
+        ("grpo", {}, lambda c: ref_outcome(c, "mean_std_norm")),
+        ("dr_grpo", {}, lambda c: ref_outcome(c, "mean_norm")),
+        ("rloo", {}, lambda c: ref_outcome(c, "loo")),
+        ("dapo", {}, ref_dapo),
+        ("gigpo", {}, ref_gigpo),
+        ("hgpo", {}, ref_hgpo),
+        ("bipace", {"embedder": "identity"}, ref_bipace_identity),
+        ("igpo", {}, ref_igpo),
+        ("a2tgpo", {}, ref_a2tgpo),
+        ("gvpo", {}, ref_gvpo),
+        ("pvpo", None, None),
+    ]
+    for n_rows in sizes:
+        cols = synth(n_rows)
+        t0 = time.perf_counter()
+        batch = E.TrajectoryBatch(**cols)
+        t_build = time.perf_counter() - t0
+        c = {k: v for k, v in batch.to_dict().items()}
+        n_groups = batch.n_groups
+        sample = n_rows > 20_000
+        if sample:
+            groups = np.unique(c["group_id"])[: max(1, n_groups // 10)]
+            c_ref = sub_batch(c, groups)
+            scale = batch.n_turns / len(c_ref["reward"])
+        else:
+            c_ref, scale = c, 1.0
+        rows_out.append(("batch construction + validation", batch.n_turns, t_build, None, None, ""))
+        v_table = {int(t): 0.5 for t in np.unique(c["task_id"])}
+        for name, kw, ref in cases:
+            if name == "pvpo":
+                kw = {"v_table": E.StaticValueTable(v_table)}
+                ref = lambda cc: ref_pvpo(cc, v_table)  # noqa: E731
+            repeat = 3 if quick else (9 if n_rows <= 10_000 else 5)
+            t_np, res = median_time(lambda: E.compute_advantage(name, batch, **kw), repeat)
+            t_ref, ref_out = median_time(lambda: ref(c_ref), 1)
+            # compare on the reference's rows
+            if sample:
+                mask = np.isin(c["group_id"], np.unique(c_ref["group_id"]))
+                got = res.turn_adv[mask]
+            else:
+                got = res.turn_adv
+            err = float(np.max(np.abs(got.astype(np.float64) - np.asarray(ref_out)))) if len(ref_out) else 0.0
+            rows_out.append((name, batch.n_turns, t_np, t_ref * scale, err, "~" if sample else ""))
+            print(f"{name:8s} N={batch.n_turns:>7,} numpy {fmt_ms(t_np):>10s}  reference "
+                  f"{'~' if sample else ' '}{fmt_ms(t_ref * scale):>10s}  ratio {t_ref * scale / t_np:>9,.0f}x  "
+                  f"max|diff| {err:.1e}", flush=True)
+
+
+def paper_batch(n_groups, G=8, T=20, D=3584, seed=0, n_states=30, noise=0.25):
+    """Fingerprints with cluster structure: per group 30 latent states, unit centre + isotropic noise."""
+    rng = np.random.default_rng(seed)
+    N = n_groups * G * T
+    gid = np.repeat(np.arange(n_groups), G * T)
+    trj = np.repeat(np.arange(n_groups * G), T)
+    turn = np.tile(np.arange(T), n_groups * G)
+    done = turn == T - 1
+    st = rng.integers(0, n_states, size=N)
+    centers = rng.normal(size=(n_groups, n_states, D)).astype(np.float32)
+    emb = centers[gid, st] + noise * rng.normal(size=(N, D)).astype(np.float32)
+    succ = rng.integers(0, 2, size=n_groups * G).astype(float)
+    return dict(group_id=gid, traj_id=trj, turn_idx=turn, reward=np.where(done, succ[trj], 0.0), done=done,
+                obs_hash=gid * 1000 + st, valid_action=rng.random(N) > 0.1, action_key=rng.integers(0, 5, size=N),
+                embedding=emb)
+
+
+def bipace_section(quick, rows_out):
+    for label, n_groups in (("paper setting 16x8x20", 16), ("10k rows 64x8x20", 64)):
+        cols = paper_batch(n_groups)
+        t0 = time.perf_counter()
+        batch = E.TrajectoryBatch(**cols)
+        t_build = time.perf_counter() - t0
+        repeat = 3 if quick else 7
+        t_np, res = median_time(lambda: E.compute_advantage("bipace", batch, eps=0.10), repeat)
+        # reference: literal Algorithm 1 per group (one float64 matrix-vector product per record)
+        emb = batch.embedding
+        order = batch.canonical_order
+
+        def ref():
+            labels = []
+            g = batch.group_index[order]
+            for grp in range(batch.n_groups):
+                rows = order[g == grp]
+                labels.append(_greedy_direct(emb[rows].astype(np.float64), 0.10 + 1e-6))
+            return labels
+
+        t_ref, _ = median_time(ref, 1)
+        d = res.diagnostics
+        rows_out.append((f"bipace ({label}, D=3584)", batch.n_turns, t_np, t_ref, None,
+                         f"clusters/group {d['n_clusters_per_group']:.1f}, mean size {d['mean_cluster_size']:.2f}; "
+                         f"build+normalize {t_build * 1e3:.0f} ms"))
+        print(f"bipace   {label:24s} N={batch.n_turns:>6,} numpy {fmt_ms(t_np):>10s}  literal Alg.1 "
+              f"{fmt_ms(t_ref):>10s}  ratio {t_ref / t_np:5.1f}x  (build {fmt_ms(t_build)}; "
+              f"{d['n_clusters_per_group']:.1f} clusters/group)", flush=True)
+
+
+def sgcd_section(quick, rows_out):
+    rng = np.random.default_rng(0)
+    B, L, K = 64, 256, 100
+    mask = np.zeros((B, L), dtype=bool)
+    tti = np.full((B, L), -1)
+    for b in range(B):  # step rows: one response per row
+        n_tok = int(rng.integers(L // 2, L + 1))
+        mask[b, :n_tok] = True
+        tti[b, :n_tok] = 0
+    logits = rng.normal(size=(B, L, K + 1)) * 2
+    lt = logits[..., :K] - np.log(np.exp(logits).sum(-1, keepdims=True) + 50)
+    ls = lt + rng.normal(scale=0.3, size=lt.shape)
+    ls -= np.log(np.exp(ls).sum(-1, keepdims=True) + 0.05)
+    G = 8
+    cols = dict(group_id=np.arange(B) // G, traj_id=np.arange(B), turn_idx=np.zeros(B), done=np.ones(B, bool),
+                reward=rng.integers(0, 2, size=B).astype(float), row_traj_id=np.arange(B), response_mask=mask,
+                token_turn_idx=tti, teacher_topk_logprob=lt.astype(np.float32),
+                student_logprob_on_teacher_topk=ls.astype(np.float32), teacher_logprob_obs=lt[..., 0].astype(np.float32),
+                student_logprob_obs=ls[..., 0].astype(np.float32), obs_in_topk=np.ones((B, L), bool))
+    batch = E.TrajectoryBatch(**cols)
+    t_np, res = median_time(lambda: E.compute_advantage("sgcd", batch), 3 if quick else 5)
+
+    def ref():
+        tk = batch.teacher_topk_logprob.tolist()
+        sk = batch.student_logprob_on_teacher_topk.tolist()
+        m = mask.tolist()
+        W = []
+        for b in range(B):
+            d, H = [], []
+            for t in range(L):
+                if not m[b][t]:
+                    continue
+                pt = [math.exp(v) for v in tk[b][t]]
+                ps = [math.exp(v) for v in sk[b][t]]
+                tail_t = max(1 - sum(pt), 1e-12)
+                tail_s = max(1 - sum(ps), 1e-12)
+                d.append(sum(p * (math.log(p) - math.log(q)) for p, q in zip(ps + [tail_s], pt + [tail_t])))
+                H.append(-sum(p * math.log(p) for p in pt + [tail_t]))
+            lo, hi = min(d), max(d)
+            dn = [(x - lo) / (hi - lo + 1e-8) for x in d]
+            s = []
+            in_seg, ov, ho = False, 0.0, 0.0
+            for x, h in zip(dn, H):
+                if in_seg and h > 1.5 * ho:
+                    in_seg = False
+                if not in_seg and x > 0.1:
+                    in_seg, ov, ho = True, x, h
+                s.append(ov if in_seg else x)
+            W.append([min(max(1 + v, 1.0), 2.0) for v in s])
+        return W
+
+    t_ref, W_ref = median_time(ref, 1)
+    W_np = [res.token_weight[b][mask[b]].tolist() for b in range(B)]
+    err = max(abs(a - b) for ra, rb in zip(W_np, W_ref) for a, b in zip(ra, rb))
+    n_tok = int(mask.sum())
+    rows_out.append((f"sgcd ({B} responses, {n_tok:,} tokens, K={K})", B, t_np, t_ref, err, "weights W"))
+    print(f"sgcd     {n_tok:,} tokens K={K}: numpy {fmt_ms(t_np)}  per-token reference {fmt_ms(t_ref)}  ratio "
+          f"{t_ref / t_np:,.0f}x  max|diff W| {err:.1e}", flush=True)
+
+
+def markdown(rows):
+    lines = ["| estimator | turn rows | numpy (median) | per-row Python reference | ratio | max abs diff | note |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for name, n, t_np, t_ref, err, note in rows:
+        ratio = f"{t_ref / t_np:,.0f}x" if t_ref else ""
+        ref = ("~" if note == "~" else "") + fmt_ms(t_ref) if t_ref else ""
+        e = f"{err:.1e}" if err is not None else ""
+        lines.append(f"| {name} | {n:,} | {fmt_ms(t_np)} | {ref} | {ratio} | {e} | "
+                     f"{'reference extrapolated from 10% of the groups' if note == '~' else note} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000, 100_000])
+    ap.add_argument("--quick", action="store_true", help="fewer repeats")
+    ap.add_argument("--markdown", action="store_true", help="print the table as markdown at the end")
+    args = ap.parse_args()
+    print(f"python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.2f}, OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")
+    rows: list = []
+    t0 = time.perf_counter()
+    turn_table(args.sizes, args.quick, rows)
+    bipace_section(args.quick, rows)
+    sgcd_section(args.quick, rows)
+    print(f"total benchmark time {time.perf_counter() - t0:.1f} s, load average now {os.getloadavg()[0]:.2f}")
+    if args.markdown:
+        print()
+        print(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
