@@ -345,6 +345,15 @@ def test_task_dict_option_and_data_dir(tmp_path):
     assert info["task_id"] == "custom-3" and info["category"] == "info_only"
     r, info, _ = play(env, gold_responses(env.task))
     assert r == 1.0 and info["reward_info"]["communicate_checks"] == [{"info": "42", "met": True}]
+    # A custom task that reuses a task id with another gold is scored against its own gold.
+    cancel_task = next(t for t in env.domain.tasks.values()
+                       if [a.name for a in t.gold_actions if a.name in WRITE_TOOLS] == ["cancel_reservation"])
+    env.reset(options={"task_id": cancel_task.task_id})
+    assert play(env, gold_responses(cancel_task))[0] == 1.0
+    no_gold = dict(next(d for d in raw if d["id"] == cancel_task.task_id))
+    no_gold["evaluation_criteria"] = dict(no_gold["evaluation_criteria"], actions=[], communicate_info=[])
+    env.reset(options={"task": no_gold})
+    assert play(env, gold_responses(cancel_task))[0] == 0.0
     with pytest.raises(TaskError):
         env.reset(options={"task": {"id": "x"}})
     with pytest.raises(TaskError):

@@ -60,14 +60,16 @@ class RewardInfo:
 
 def gold_digest(domain: Domain, task: AirlineTask) -> str:
     """The digest of the gold database of ``task`` (gold actions replayed on a fresh DB), cached per domain."""
-    cached = domain._gold_digests.get(task.task_id)
+    # Keyed by the gold actions themselves: a custom task may reuse a task id with other actions.
+    key = canonical_json([[a.name, a.arguments] for a in task.gold_actions])
+    cached = domain._gold_digests.get(key)
     if cached is None:
         db = EpisodeDB(domain.db)
         for a in task.gold_actions:
             # As in τ²: a gold call that fails is skipped (it changed nothing).
             call_tool(db, a.name, a.arguments)
         cached = db.digest()
-        domain._gold_digests[task.task_id] = cached
+        domain._gold_digests[key] = cached
     return cached
 
 

@@ -160,7 +160,7 @@ class Domain:
     tasks: dict[str, AirlineTask]
     splits: dict[str, tuple[str, ...]]
     policy: str
-    _gold_digests: dict[str, str] = field(default_factory=dict)
+    _gold_digests: dict[str, str] = field(default_factory=dict)  # gold actions (canonical JSON) -> DB digest
 
     def split_tasks(self, split: str) -> tuple[AirlineTask, ...]:
         if split not in self.splits:
