@@ -110,6 +110,12 @@ def test_invalid_actions_are_flagged_no_ops(env):
     assert info["obs_hash"] == env.reset(options={"task_id": "ws0-3"})[1]["obs_hash"]
     obs, r, term, trunc, info = act(env, "search[<a> solid wood]")
     assert info["action_valid"] is False and "<a>" in info["invalid_reason"]
+    # Over Lucene's 1,024 clauses: the original crashes; here it is a flagged no-op.
+    obs, r, term, trunc, info = act(env, "search[" + " ".join(f"w{i}" for i in range(1100)) + "]")
+    assert info["action_valid"] is False and "1024" in info["invalid_reason"] and env.session.page == "search"
+    # Text after the closing bracket is ignored, and the action still counts as admissible.
+    obs, r, term, trunc, info = act(env, "search[jeans] please")
+    assert info["action_valid"] and info["action_admissible"] and env.session.page == "results"
 
 
 def test_parsing_rules():
@@ -194,7 +200,8 @@ def test_tasks_and_selection(env, catalog):
     human = agentgym.make("WebShop-v0", split="human")
     assert len(human.task_ids()) == 13 and human.task_ids(1) == ["wsh0-0"]
     for bad in ({"task_id": "nope"}, {"task_id": "ws0-6910"}, {"goal_index": -1}, {"foo": 1},
-                {"task": {"asin": "X"}}):
+                {"task": {"asin": "X"}}, {"goal_index": "first"},
+                {"task": {**d, "attributes": []}}):
         with pytest.raises(TaskError):
             env.reset(options=bad)
     with pytest.raises(TaskError):

@@ -42,7 +42,7 @@ from ...prompts import PromptTemplate
 from .catalog import Catalog, load_catalog
 from .goals import WebShopGoal, goal_list, split_indices
 from .oracle import oracle_command, oracle_query
-from .pages import SEARCH_PLACEHOLDER, ShopSession, verl_agent_view
+from .pages import SEARCH_PLACEHOLDER, ShopSession, parse_webshop_action, verl_agent_view
 from .reward import RewardGoal, get_reward
 from .search import BM25Index, analyze
 
@@ -52,6 +52,7 @@ logger = logging.getLogger(__name__)
 
 SPLITS = ("test", "train", "all", "human")
 _OPTION_KEYS = {"task_id", "task", "goal_index"}
+_MAX_PROMPT_CHARS = 13_000
 _TASK_ID = re.compile(r"^(ws|wsh)(\d+)-(\d+)$")
 
 _HEAD = ("You are an expert autonomous agent operating in the WebShop e-commerce environment.\n"
@@ -193,6 +194,8 @@ class WebShopEnv(AgentEnv):
             if asin not in self.catalog.by_asin:
                 raise TaskError(f"no product {asin!r} in the catalogue")
             opts = d.get("goal_options", {})
+            if not d["attributes"]:
+                raise TaskError("a WebShop goal needs at least one attribute (the reward divides by their number)")
             return WebShopGoal(asin=asin, instruction=str(d["instruction"]), attributes=tuple(d["attributes"]),
                                goal_options=dict(opts) if isinstance(opts, dict) else list(opts),
                                price_upper=float(d["price_upper"]), kind=str(d.get("kind", "synthetic")),
@@ -212,7 +215,10 @@ class WebShopEnv(AgentEnv):
             return self.get_task(options["task_id"])
         goals = self.goals()
         if "goal_index" in options:
-            index = int(options["goal_index"])
+            try:
+                index = int(options["goal_index"])
+            except (TypeError, ValueError) as e:
+                raise TaskError(f"goal_index must be an integer, got {options['goal_index']!r}") from e
             if not 0 <= index < len(goals):
                 raise TaskError(f"goal_index {index} out of range (0..{len(goals) - 1})")
             return goals[index]
@@ -259,10 +265,12 @@ class WebShopEnv(AgentEnv):
         return self._feedback(f"{problem}; put one search[...] or click[...] inside <action>...</action>")
 
     def _is_admissible(self, action: str) -> bool:
+        """Whether the action is one the admissible list offers (any query where the search bar is shown)."""
+        name, arg = parse_webshop_action(action)
         adm = self.session.admissible_actions()
-        if action in adm:
-            return True
-        return SEARCH_PLACEHOLDER in adm and action.startswith("search[") and action.endswith("]") and len(action) > 8
+        if name == "search":
+            return arg is not None and SEARCH_PLACEHOLDER in adm
+        return name == "click" and f"click[{arg}]" in adm
 
     def _purchase_reward(self) -> tuple[float, dict[str, Any]]:
         goal: WebShopGoal = self.task
@@ -293,9 +301,13 @@ class WebShopEnv(AgentEnv):
         action's feedback is not shown, exactly as there."""
         hl = self.history_length if history_length is None else history_length
         history = [(verl_agent_view(_page_part(obs)), act) for obs, act in self.history]
-        return self.prompt_template.render(history=history, history_length=hl, step=self.turn,
-                                           current_observation=verl_agent_view(_page_part(self.last_observation)),
-                                           **self._prompt_fields())
+        current = verl_agent_view(_page_part(self.last_observation))
+        text = self.prompt_template.render(history=history, history_length=hl, step=self.turn,
+                                           current_observation=current, **self._prompt_fields())
+        if len(text) > _MAX_PROMPT_CHARS:  # verl-agent falls back to the first-step template
+            text = self.prompt_template.render(history=[], history_length=0, step=self.turn,
+                                               current_observation=current, **self._prompt_fields())
+        return text
 
     def _prompt_fields(self) -> dict[str, Any]:
         adm = self.admissible_actions() or []
@@ -311,6 +323,7 @@ class WebShopEnv(AgentEnv):
             "instruction": self.task.instruction, "goal_index": self.task.index, "page": s.page if s else None,
             "available_actions": {"has_search_bar": s.has_search_bar, "clickables": s.clickables()} if s else None,
             "task_score": self.score(), "reward_info": dict(self.reward_info) if self.reward_info else None,
+            "anchor": self._anchor_text(),
         })
         return info
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .catalog import Catalog, Product
+from .search import QueryTooLongError
 
 __all__ = ["ShopSession", "StepResult", "parse_webshop_action", "verl_agent_view", "admissible_list", "SEP",
            "RESULTS_PER_PAGE", "SEARCH_RETURN_N", "SEARCH_PLACEHOLDER"]
@@ -119,7 +120,11 @@ class ShopSession:
         if self.shortcuts and first == "<q>":
             query = " ".join(keywords[1:]).strip()
             return [p.asin for p in self.catalog.products if p.query == query]
-        return [a for a in self.search_fn(" ".join(keywords)) if a in self.catalog.by_asin]
+        try:
+            ranked = self.search_fn(" ".join(keywords))
+        except QueryTooLongError as e:  # the original crashes; here it is the agent's invalid action
+            return str(e)
+        return [a for a in ranked if a in self.catalog.by_asin]
 
     def _show_results(self, keywords: list[str], page_num: int) -> StepResult:
         hits = self._run_search(keywords)
