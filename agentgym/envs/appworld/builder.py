@@ -1,0 +1,194 @@
+"""Build our task definitions into AppWorld's official on-disk layout. RUNS IN THE APPWORLD VENV, not in agentgym.
+
+Usage (the agentgym side, :mod:`.tasks`, calls it): ``<appworld-python> -I builder.py SPEC.json OUT_DIR``.
+
+``SPEC.json`` holds ``{"tasks": [task, ...], "splits": {name: [task_id, ...]}}`` where each task is a dict with
+``task_id`` (``<scenario>_<n>``), ``instruction``, ``supervisor``, ``datetime``, ``apps``, ``seed`` (``{"app.Model":
+[record, ...]}``), ``public_data``, ``private_data``, ``answer``, ``evaluation`` (source of ``evaluate(...)``),
+``difficulty`` and ``solution`` (list of code cells). It writes two trees:
+
+* ``OUT_DIR/full/data``: the official layout (``api_docs/standard``, ``base_dbs``, ``tasks/<id>/{specs.json,dbs,ground_truth}``,
+  ``datasets/<split>.txt``) that ``appworld.evaluator.evaluate_task`` reads; only the evaluator process sees it.
+* ``OUT_DIR/world/data``: the same without ``ground_truth`` -- all a worker (which runs agent code) may read.
+  Database files are hard links of the full tree's (no copy); ``OUT_DIR/manifest.json`` records the SHA-256 of
+  every file under ``full/data/tasks`` and ``full/data/base_dbs`` so the evaluator can refuse a tampered tree.
+
+The build is deterministic: time is frozen at each task's datetime, ids are assigned in record order, and nothing
+random is drawn.  This file must import nothing from agentgym (it runs with ``python -I`` in another venv).
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from datetime import datetime
+
+_SUPERVISOR_DEFAULTS = {"birthday": "1990-01-01"}
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _coerce(value):
+    # Seeds are JSON: ISO datetimes arrive as strings tagged {"$datetime": "..."}.
+    if isinstance(value, dict) and set(value) == {"$datetime"}:
+        return datetime.fromisoformat(value["$datetime"])
+    return value
+
+
+def _build_base(root, all_apps, api_docs):
+    """``data/base_dbs``: every app's empty tables plus the API docs (the API docs app serves them from its DB)."""
+    from appworld.apps.api_lib import save_local_dbs, set_local_dbs
+    from appworld.apps.model_lib import CachedDBHandler
+    from appworld.common.utils import import_models_module
+
+    home = ":memory:build-base"
+    set_local_dbs(to_db_home_path=home, from_db_home_path=home, app_names=list(all_apps), create=True)
+    models = {app: import_models_module(app) for app in all_apps}
+    for app in all_apps:
+        models[app].SQLModel.create_db()
+    for app_name, docs in api_docs.items():
+        for doc in docs.values():
+            models["api_docs"].ApiDoc(app_name_=app_name, api_name=doc["api_name"], path=doc["path"],
+                                      method=doc["method"], description=doc["description"],
+                                      parameters=doc["parameters"], response_schemas=doc["response_schemas"]).save()
+    base = os.path.join(root, "data", "base_dbs")
+    save_local_dbs(home, base, format="full", app_names=list(all_apps), delete_if_exists=True,
+                   save_model_hashes=True)
+    CachedDBHandler.reset(home)
+    return base
+
+
+def _build_task(task, root, all_apps, base):
+    """The task's input databases, saved as AppWorld does: the changes its seed makes over ``base_dbs``."""
+    from freezegun import freeze_time
+
+    from appworld.apps.api_lib import save_local_dbs, set_local_dbs
+    from appworld.apps.model_lib import CachedDBHandler, ModelHashHandler
+    from appworld.common.constants import CANARY_STRING, DB_VERSION
+    from appworld.common.utils import import_models_module
+
+    task_id = task["task_id"]
+    home = f":memory:build-{task_id}"
+    freezer = freeze_time(datetime.fromisoformat(task["datetime"]))
+    freezer.start()
+    try:
+        set_local_dbs(to_db_home_path=home, from_db_home_path=base, app_names=list(all_apps))
+        ModelHashHandler.load(base, home)
+        models = {app: import_models_module(app) for app in all_apps}
+        sup = dict(task["supervisor"])
+        person = {k: sup[k] for k in ("first_name", "last_name", "email", "phone_number")}
+        birthday = sup.get("birthday", _SUPERVISOR_DEFAULTS["birthday"])
+        models["admin"].MainUser(**person, birthday=birthday).save()
+        supervisor = models["supervisor"].Supervisor(**person, birthday=birthday)
+        supervisor.save()
+        models["supervisor"].Task(supervisor_id=supervisor.id, instruction=task["instruction"]).save()
+        for app, password in sorted(sup.get("passwords", {}).items()):
+            models["supervisor"].AccountPassword(supervisor_id=supervisor.id, account_name=app,
+                                                 password=password).save()
+            # The supervisor's own account in each app is user 1 (seeds may rely on it).
+            extra = {k: _coerce(v) for k, v in task.get("supervisor_fields", {}).get(app, {}).items()}
+            models[app].User(first_name=person["first_name"], last_name=person["last_name"],
+                             email=person["email"], password=password, verified=True, **extra).save()
+        for model_name, records in task.get("seed", {}).items():
+            app, cls_name = model_name.split(".")
+            cls = getattr(models[app], cls_name)
+            for record in records:
+                cls(**{k: _coerce(v) for k, v in record.items()}).save()
+
+        task_dir = os.path.join(root, "data", "tasks", task_id)
+        save_local_dbs(home, os.path.join(task_dir, "dbs"), format="changes", app_names=list(all_apps),
+                       delete_if_exists=True, save_model_hashes=True)
+    finally:
+        freezer.stop()
+        CachedDBHandler.reset(home)
+    specs = {"instruction": task["instruction"], "supervisor": person, "datetime": task["datetime"],
+             "db_version": DB_VERSION, "canary_string": CANARY_STRING}
+    _write_json(os.path.join(task_dir, "specs.json"), specs)
+    gt = os.path.join(task_dir, "ground_truth")
+    os.makedirs(gt, exist_ok=True)
+    # "minimal" ground truth: all evaluate_task needs. The counts are given so GroundTruth does not try to run
+    # code formatters over a solution it does not have.
+    n_lines = sum(len(c.splitlines()) for c in task["solution"])
+    _write_json(os.path.join(gt, "metadata.json"),
+                {"difficulty": task.get("difficulty", 1), "mode": "minimal", "num_apps": len(task["apps"]),
+                 "num_apis": task.get("num_apis", 1), "num_solution_code_lines": n_lines})
+    _write_json(os.path.join(gt, "public_data.json"), task.get("public_data", {}))
+    _write_json(os.path.join(gt, "private_data.json"), task.get("private_data", {}))
+    with open(os.path.join(gt, "answer.json"), "w") as f:
+        f.write(json.dumps(task.get("answer")))
+    with open(os.path.join(gt, "evaluation.py"), "w") as f:
+        f.write(f"# Canary String: {CANARY_STRING}\n" + task["evaluation"].strip() + "\n")
+    _write_json(os.path.join(gt, "test_data.json"), None)
+
+
+def _write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+
+
+def main(argv):
+    spec_path, out_dir = argv[1], argv[2]
+    with open(spec_path) as f:
+        spec = json.load(f)
+    tmp = out_dir + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    full = os.path.join(tmp, "full")
+    os.makedirs(os.path.join(full, "data"), exist_ok=True)
+    os.environ["APPWORLD_ROOT"] = full
+    from appworld.apps import get_all_apps
+    from appworld.collections.api_docs import ApiDocCollection
+    from appworld.common.constants import CANARY_STRING
+
+    all_apps = get_all_apps()
+    api_docs = {app: dict(docs) for app, docs in ApiDocCollection.build(include_response_schemas=True).items()
+                if app != "admin"}
+    doc_dir = os.path.join(full, "data", "api_docs", "standard")
+    os.makedirs(doc_dir, exist_ok=True)
+    for app, docs in api_docs.items():
+        _write_json(os.path.join(doc_dir, app + ".json"),
+                    {k: dict(v, canary_string=CANARY_STRING) for k, v in docs.items()})
+    base = _build_base(full, all_apps, api_docs)
+    for task in spec["tasks"]:
+        _build_task(task, full, all_apps, base)
+    ds = os.path.join(full, "data", "datasets")
+    os.makedirs(ds, exist_ok=True)
+    for split, ids in spec["splits"].items():
+        with open(os.path.join(ds, split + ".txt"), "w") as f:
+            f.write("\n".join(ids) + "\n")
+
+    # The worker's view: everything but ground truth, as hard links (same bytes, no copy).
+    world = os.path.join(tmp, "world", "data")
+    shutil.copytree(os.path.join(full, "data", "api_docs"), os.path.join(world, "api_docs"))
+    os.makedirs(os.path.join(world, "base_dbs"))
+    for name in sorted(os.listdir(base)):
+        os.link(os.path.join(base, name), os.path.join(world, "base_dbs", name))
+    for task in spec["tasks"]:
+        src = os.path.join(full, "data", "tasks", task["task_id"])
+        dst = os.path.join(world, "tasks", task["task_id"])
+        os.makedirs(os.path.join(dst, "dbs"))
+        shutil.copy(os.path.join(src, "specs.json"), dst)
+        for name in sorted(os.listdir(os.path.join(src, "dbs"))):
+            os.link(os.path.join(src, "dbs", name), os.path.join(dst, "dbs", name))
+    manifest = {}
+    data_root = os.path.join(full, "data")
+    for sub in ("tasks", "base_dbs"):
+        for dirpath, _, files in os.walk(os.path.join(data_root, sub)):
+            for name in files:
+                p = os.path.join(dirpath, name)
+                manifest[os.path.relpath(p, data_root)] = _sha256(p)
+    _write_json(os.path.join(tmp, "manifest.json"), manifest)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.rename(tmp, out_dir)
+    sys.stdout.write(json.dumps({"ok": True, "tasks": len(spec["tasks"])}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,271 @@
+"""AppWorld-v0: do a supervisor's task in the real AppWorld apps by writing Python code cells.
+
+* **Action**: a Python code cell in ``<code>...</code>`` (or ``<action>...</action>``), run by AppWorld's
+  ``world.execute`` inside a sandboxed worker process (:mod:`.pool`, :mod:`.sandbox`). The cell sees ``apis``
+  (``apis.<app>.<api>(...)``), as in AppWorld's own agents; API docs are on demand through ``apis.api_docs``.
+* **Observation**: the cell's output. ``process_ok`` is False exactly when AppWorld reports a failed execution
+  (every failure starts with :data:`FAILURE_MARKER`: syntax error, runtime error, unknown API, HTTP 4xx, blocked
+  import, timeout, step cap).
+* **End**: ``terminated`` when the code marks the task complete (``apis.supervisor.complete_task(...)``);
+  ``truncated`` at ``max_turns``. Either way the episode is then evaluated in a *fresh process* that never runs
+  agent code (:func:`.pool.run_evaluator`): reward 1.0 and ``won`` when every check passes (task goal completion,
+  TGC); ``progress`` is the fraction of checks passed; ``info["evaluation"]`` lists each check's pass/fail.
+  ``info["scenario_id"]`` names the scenario: scenario goal completion (SGC) is the fraction of scenarios all of
+  whose tasks were won (:func:`scenario_goal_completion`).
+* **Errors**: a worker that dies raises :class:`~agentgym.errors.EnvCrashError`, one that hangs past its wall-clock
+  limit :class:`~agentgym.errors.EpisodeTimeoutError`; the pool replaces it for the next episode.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict
+from typing import Any, Iterable
+
+import numpy as np
+
+from ...core import AgentEnv, StepInfo, StepOutcome
+from ...errors import AgentGymError, TaskError
+from ...parsing import ParsedAction
+from ...prompts import PromptTemplate
+from . import OFFICIAL_SPLITS, OUR_SPLITS
+from .pool import Worker, WorkerSpec, get_pool, run_evaluator
+from .sandbox import SandboxLimits
+from .setup import require_install
+from .tasks import AppWorldTask, Build, ensure_build, load_tasks, official_root, official_task_ids, scenario_of
+
+__all__ = ["AppWorldEnv", "FAILURE_MARKER", "is_failure", "scenario_goal_completion"]
+
+logger = logging.getLogger(__name__)
+
+#: AppWorld prefixes every failed execution with this.
+FAILURE_MARKER = "Execution failed."
+_OPTION_KEYS = {"task_id", "task_index"}
+
+_INSTRUCTION = (
+    "Write Python code cells that use the `apis` object to act in the apps: call `apis.<app>.<api>(**params)`. "
+    "Look the APIs up when you need them: `apis.api_docs.show_app_descriptions()`, "
+    "`apis.api_docs.show_api_descriptions(app_name=...)`, `apis.api_docs.show_api_doc(app_name=..., "
+    "api_name=...)`. Your supervisor's passwords are in `apis.supervisor.show_account_passwords()`. Variables "
+    "persist between cells; print what you want to see. When the task is done, call "
+    "`apis.supervisor.complete_task()` -- with `answer=...` if the task asks a question.\n"
+    "Now it's your turn to take one action for the current step.\n"
+    "You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed "
+    "within <think> </think> tags.\n"
+    "Then give exactly one Python code cell within <code> </code> tags."
+)
+_HEAD = ("You are an AI assistant who performs tasks for your supervisor, {supervisor}, in the apps on their "
+         "phone, by writing Python code.\nToday is {today}.\nTask: {task}\n")
+_TEMPLATE = PromptTemplate(
+    first=_HEAD + "Your current observation is:\n{current_observation}\n" + _INSTRUCTION,
+    with_history=_HEAD + "Prior to this step, you have already taken {step_count} step(s). Below are the most "
+    "recent {history_length} observations and the corresponding code you ran:\n{action_history}\n"
+    "You are now at step {current_step} and your current observation is:\n{current_observation}\n" + _INSTRUCTION,
+)
+
+# Exploration cells of the random policy: read-only and deterministic.
+_RANDOM_APPS = ("simple_note", "venmo", "todoist", "spotify", "gmail", "supervisor")
+
+
+def is_failure(output: str) -> bool:
+    """Whether an AppWorld execution output reports a failure."""
+    return output.lstrip().startswith(FAILURE_MARKER)
+
+
+def scenario_goal_completion(results: Iterable[tuple[str, bool]]) -> float:
+    """SGC over ``(task_id, won)`` pairs: the fraction of scenarios whose every task was won."""
+    by: dict[str, list[bool]] = defaultdict(list)
+    for task_id, won in results:
+        by[scenario_of(task_id)].append(bool(won))
+    return float(np.mean([all(v) for v in by.values()])) if by else 0.0
+
+
+class AppWorldEnv(AgentEnv):
+    """AppWorld-v0; see the module docstring.
+
+    Args:
+        split: ``train``/``test``/``all`` (our task set) or an official split (needs ``APPWORLD_ROOT``).
+        root: the AppWorld install root (default: ``$AGENTGYM_APPWORLD_HOME`` or ``~/.cache/agentgym/appworld``).
+        task_dir: our task definitions (default: the ``tasks`` folder beside this module).
+        limits: sandbox limits of the workers.
+        spares: workers kept started ahead of need.
+        max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
+    """
+
+    action_tags = ("code", "action")
+    prompt_template = _TEMPLATE
+
+    def __init__(self, split: str = "test", *, root: str | os.PathLike | None = None,
+                 task_dir: str | os.PathLike | None = None, limits: SandboxLimits | None = None, spares: int = 1,
+                 max_turns: int = 30, invalid_action_penalty: float = 0.0, history_length: int = 2,
+                 render_mode: str | None = None):
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
+                         history_length=history_length, render_mode=render_mode)
+        if split not in OUR_SPLITS and split not in OFFICIAL_SPLITS:
+            raise TaskError(f"unknown AppWorld split {split!r}; choose from {[*OUR_SPLITS, *OFFICIAL_SPLITS]}")
+        self.split = split
+        self.install = require_install(root)
+        self.official = split in OFFICIAL_SPLITS
+        self._task_dir = task_dir
+        self.limits = limits or SandboxLimits()
+        self.spares = spares
+        if self.official:
+            self._tasks = tuple(AppWorldTask(task_id=t, scenario=scenario_of(t), split=split, official=True)
+                                for t in official_task_ids(split))
+        else:
+            all_tasks = load_tasks(task_dir)
+            self._tasks = all_tasks if split == "all" else tuple(t for t in all_tasks if t.split == split)
+        self._by_id = {t.task_id: t for t in self._tasks}
+        self._build: Build | None = None
+        self._worker: Worker | None = None
+        self._reset_info: dict = {}
+        self._evaluation: dict | None = None
+        self._progress: float | None = None
+
+    # ---- tasks --------------------------------------------------------------------------------------------
+    def task_ids(self, n: int | None = None) -> list[str]:
+        ids = [t.task_id for t in self._tasks]
+        return ids if n is None else ids[:n]
+
+    def get_task(self, task_id: str) -> AppWorldTask:
+        try:
+            return self._by_id[task_id]
+        except KeyError:
+            raise TaskError(f"no task {task_id!r} in AppWorld split {self.split!r}") from None
+
+    def _select_task(self, options: dict) -> AppWorldTask:
+        unknown = set(options) - _OPTION_KEYS
+        if unknown:
+            raise TaskError(f"unknown reset options {sorted(unknown)}; AppWorld accepts {sorted(_OPTION_KEYS)}")
+        if "task_id" in options:
+            return self.get_task(str(options["task_id"]))
+        index = int(options.get("task_index", self.np_random.integers(len(self._tasks))))
+        if not 0 <= index < len(self._tasks):
+            raise TaskError(f"task_index {index} out of range for split {self.split!r} ({len(self._tasks)} tasks)")
+        return self._tasks[index]
+
+    # ---- data and workers ---------------------------------------------------------------------------------
+    def _paths(self) -> tuple[str, str, str | None]:
+        """(world data a worker sees, full data the evaluator reads, manifest or None)."""
+        if self.official:
+            root = official_root()
+            assert root is not None
+            data = str(root / "data")
+            # Official bundles keep ground truth beside the inputs; the worker still cannot write there.
+            return data, data, None
+        if self._build is None:
+            self._build = ensure_build(self.install, self._task_dir)
+        return str(self._build.world_data), str(self._build.full_data), str(self._build.manifest)
+
+    def _spec(self) -> WorkerSpec:
+        world, _, _ = self._paths()
+        return WorkerSpec(python=str(self.install.python), world_data=world,
+                          scratch_dir=str(self.install.scratch_dir), limits=self.limits)
+
+    def _drop_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.dispose()
+            self._worker = None
+
+    def close(self) -> None:
+        self._drop_worker()
+        super().close()
+
+    # ---- episode ------------------------------------------------------------------------------------------
+    def _start(self, task: AppWorldTask) -> str:
+        self._drop_worker()
+        self._evaluation = None
+        self._progress = None
+        pool = get_pool(self._spec(), spares=self.spares)
+        worker = pool.acquire()
+        self._worker = worker
+        try:
+            reply = worker.request("reset", timeout=self.limits.start_seconds, task_id=task.task_id,
+                                   experiment="agentgym")
+        except AgentGymError:
+            self._drop_worker()
+            raise
+        sup = reply["supervisor"]
+        self._reset_info = {"supervisor": f"{sup['first_name']} {sup['last_name']} ({sup['email']}, "
+                                          f"phone {sup['phone_number']})",
+                            "instruction": reply["instruction"], "today": reply["datetime"]}
+        return (f"Task from your supervisor {sup['first_name']} {sup['last_name']}: {reply['instruction']}\n"
+                "Use Python code with the `apis` object; call apis.supervisor.complete_task() when done.")
+
+    def _execute(self, command: str, parsed: ParsedAction) -> StepOutcome:
+        if self._worker is None:
+            raise TaskError("no live worker: call reset()")
+        try:
+            reply = self._worker.request("execute", code=command)
+        except AgentGymError:
+            self._drop_worker()
+            raise
+        output = str(reply["output"])
+        failed = is_failure(output)
+        return StepOutcome(observation=output, terminated=bool(reply.get("task_completed")), process_ok=not failed,
+                           invalid_reason=output.strip().splitlines()[-1][:300] if failed else None)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, StepInfo]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        if terminated or truncated:
+            self._evaluate()
+            won = bool(self._evaluation and self._evaluation["success"])
+            self._won = won
+            reward += 1.0 if won else 0.0
+            info["won"], info["score"], info["progress"] = won, self.score(), self.progress()
+            info["evaluation"] = self._evaluation
+        return obs, reward, terminated, truncated, info
+
+    def _evaluate(self) -> None:
+        worker = self._worker
+        if worker is None:
+            raise TaskError("no live worker to evaluate")
+        try:
+            out = worker.request("close")["output_dbs"]
+            _, full, manifest = self._paths()
+            result = run_evaluator(str(self.install.python), full, manifest, self.task.task_id, out,
+                                   str(self.install.scratch_dir))
+        finally:
+            self._drop_worker()
+        checks = [{"requirement": p["requirement"], "passed": True} for p in result["passes"]]
+        checks += [{"requirement": f["requirement"], "passed": False, "trace": f.get("trace", "")}
+                   for f in result["failures"]]
+        n = max(1, int(result["num_tests"]))
+        self._progress = len(result["passes"]) / n
+        self._evaluation = {"success": bool(result["success"]), "num_tests": int(result["num_tests"]),
+                            "tgc": 1.0 if result["success"] else 0.0, "checks": checks}
+
+    def progress(self) -> float | None:
+        return self._progress
+
+    def _info(self, parsed, raw, outcome) -> StepInfo:
+        info = super()._info(parsed, raw, outcome)
+        info["scenario_id"] = scenario_of(self._task_id(self.task))  # type: ignore[typeddict-unknown-key]
+        info["evaluation"] = None  # type: ignore[typeddict-unknown-key]
+        return info
+
+    def _prompt_fields(self) -> dict[str, Any]:
+        return {"task": self._reset_info.get("instruction", ""),
+                "supervisor": self._reset_info.get("supervisor", ""), "today": self._reset_info.get("today", "")}
+
+    # ---- policies -----------------------------------------------------------------------------------------
+    def oracle_action(self) -> str:
+        """The next cell of the task's gold solution (turn k runs cell k; the last cell completes the task)."""
+        task: AppWorldTask = self.task
+        if not task.solution:
+            raise NotImplementedError("official tasks have no gold solution loaded here")
+        return f"<code>\n{task.solution[min(self.turn, len(task.solution) - 1)]}\n</code>"
+
+    def random_action(self, rng: np.random.Generator) -> str:
+        """A read-only exploration cell drawn with the caller's ``rng`` (never completes the task)."""
+        app = _RANDOM_APPS[int(rng.integers(len(_RANDOM_APPS)))]
+        cells = ("print(apis.api_docs.show_app_descriptions())",
+                 f"print(apis.api_docs.show_api_descriptions(app_name={app!r}))",
+                 "print(apis.supervisor.show_active_task())",
+                 "print(apis.supervisor.show_profile())",
+                 f"print(apis.api_docs.show_api_doc(app_name={app!r}, api_name='login'))",
+                 f"print(apis.{app}.no_such_api())")
+        return f"<code>{cells[int(rng.integers(len(cells)))]}</code>"
+
+

@@ -1,0 +1,142 @@
+"""``agentgym appworld setup [--root DIR]``: the separate virtual environment that runs AppWorld.
+
+AppWorld pins pydantic 1 and fastapi < 0.111, which break the trainers' pydantic 2 code, so it never shares a venv
+with agentgym: agentgym itself never imports ``appworld``. ``setup(root)``
+
+1. creates ``ROOT/venv`` (``python -m venv``) and ``pip install appworld==0.1.3.post1`` into it (about 40 s and
+   230 MB from a package index);
+2. runs ``appworld install`` there, which decrypts the bundled app sources offline (about 3 s; it unpacks into the
+   venv's site-packages and ``~/.appworld``);
+3. records ``ROOT/install.json`` (interpreter, appworld version).
+
+:func:`find_install` locates it afterwards: ``$AGENTGYM_APPWORLD_HOME``, else ``~/.cache/agentgym/appworld``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...errors import MissingDependencyError
+
+__all__ = ["APPWORLD_VERSION", "AppWorldInstall", "default_root", "find_install", "setup", "main"]
+
+logger = logging.getLogger(__name__)
+
+APPWORLD_VERSION = "0.1.3.post1"
+_MARKER = "install.json"
+
+
+@dataclass(frozen=True)
+class AppWorldInstall:
+    """A usable AppWorld venv: ``root`` (its home), ``python`` (the venv interpreter), ``version``."""
+
+    root: Path
+    python: Path
+    version: str
+
+    @property
+    def builds_dir(self) -> Path:
+        return self.root / "builds"
+
+    @property
+    def scratch_dir(self) -> Path:
+        return self.root / "scratch"
+
+
+def default_root() -> Path:
+    env = os.environ.get("AGENTGYM_APPWORLD_HOME")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "agentgym" / "appworld"
+
+
+def find_install(root: str | os.PathLike | None = None) -> AppWorldInstall | None:
+    """The install recorded under ``root`` (default :func:`default_root`), or None when there is none."""
+    base = Path(root).expanduser() if root is not None else default_root()
+    marker = base / _MARKER
+    if not marker.is_file():
+        return None
+    try:
+        info = json.loads(marker.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    python = Path(info.get("python", ""))
+    if not python.is_file():
+        return None
+    return AppWorldInstall(root=base, python=python, version=str(info.get("appworld_version", "")))
+
+
+def require_install(root: str | os.PathLike | None = None) -> AppWorldInstall:
+    """:func:`find_install` or a :class:`MissingDependencyError` naming the setup command."""
+    inst = find_install(root)
+    if inst is None:
+        err = MissingDependencyError("appworld", "appworld", "AppWorld-v0")
+        err.args = (f"the AppWorld venv is not set up under {root or default_root()}: run `agentgym appworld "
+                    "setup` (or python -m agentgym.envs.appworld.setup), which makes a separate venv with "
+                    f"appworld=={APPWORLD_VERSION} and runs `appworld install`",)
+        raise err
+    return inst
+
+
+def _run(cmd: list[str], **kw) -> None:
+    logger.info("running %s", " ".join(cmd))
+    subprocess.run(cmd, check=True, **kw)
+
+
+def setup(root: str | os.PathLike | None = None, *, python: str | None = None,
+          pip_args: tuple[str, ...] = ()) -> AppWorldInstall:
+    """Create (or complete) the AppWorld venv under ``root``; returns the install. Idempotent."""
+    base = Path(root).expanduser() if root is not None else default_root()
+    base.mkdir(parents=True, exist_ok=True)
+    venv = base / "venv"
+    vpy = venv / "bin" / "python"
+    t0 = time.monotonic()
+    if not vpy.is_file():
+        _run([python or sys.executable, "-m", "venv", str(venv)])
+    check = subprocess.run([str(vpy), "-c", "import appworld, sys; sys.stdout.write(appworld.__version__)"],
+                           capture_output=True, text=True)
+    if check.returncode != 0 or check.stdout.strip() != APPWORLD_VERSION:
+        _run([str(vpy), "-m", "pip", "install", "-q", f"appworld=={APPWORLD_VERSION}", *pip_args])
+    t_pip = time.monotonic() - t0
+    # `appworld install` decrypts the app sources bundled in the wheel (offline). It is idempotent.
+    _run([str(venv / "bin" / "appworld"), "install"], cwd=str(base), stdout=subprocess.DEVNULL)
+    (base / _MARKER).write_text(json.dumps({"python": str(vpy), "appworld_version": APPWORLD_VERSION,
+                                            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                                           indent=1))
+    logger.info("AppWorld venv ready at %s (pip %.0fs, total %.0fs)", venv, t_pip, time.monotonic() - t0)
+    inst = find_install(base)
+    assert inst is not None
+    return inst
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: ``agentgym appworld setup [--root DIR]``."""
+    parser = argparse.ArgumentParser(prog="agentgym appworld", description="Manage the AppWorld venv.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("setup", help="create the AppWorld venv and run `appworld install`")
+    p.add_argument("--root", default=None, help=f"where (default: $AGENTGYM_APPWORLD_HOME or {default_root()})")
+    p.add_argument("--python", default=None, help="interpreter for the venv (default: this one)")
+    sub.add_parser("where", help="print the recorded install, if any")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.command == "setup":
+        inst = setup(args.root, python=args.python)
+        sys.stdout.write(json.dumps({"root": str(inst.root), "python": str(inst.python),
+                                     "version": inst.version}) + "\n")
+        return 0
+    inst = find_install()
+    sys.stdout.write((json.dumps({"root": str(inst.root), "python": str(inst.python), "version": inst.version})
+                      if inst else "not set up") + "\n")
+    return 0 if inst else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

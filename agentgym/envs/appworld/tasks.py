@@ -1,0 +1,216 @@
+"""Our AppWorld task set, its build into the official layout, and the official splits.
+
+**Definitions** live in ``tasks/<scenario>/`` beside this module: ``scenario.json`` (split, apps, instruction
+template, shared seed records, and the variants -- each with its ``public_data``, optional ``answer``, extra
+``seed``/``supervisor_fields`` and the parameters of a deliberately wrong solution), ``evaluation.py`` (AppWorld's
+``evaluate(test, public_data, private_data, main_user, models, ground_truth_answer)``), ``solution.py`` (the gold
+solution: code cells separated by ``# %%`` lines) and ``wrong.py`` (a plausible wrong solution, for tests).
+Templates use ``$name`` placeholders filled from ``public_data`` (and ``wrong_<name>`` from the variant's
+``wrong``). ``tasks/common.json`` holds the supervisor and the date shared by every task. Task ids follow AppWorld's
+``<scenario>_<n>`` (the scenario is AppWorld's "generator id", so SGC groups by it).
+
+**Build**: :func:`ensure_build` turns the definitions into AppWorld's on-disk layout by running ``builder.py`` in
+the AppWorld venv, once per content hash (definitions + builder + appworld version), under
+``<install root>/builds/<hash>/`` -- deterministic, cached, never committed.
+
+**Official splits**: with ``APPWORLD_ROOT`` pointing at a downloaded AppWorld bundle (``data/datasets/*.txt``), the
+splits ``dev``, ``test_normal``, ``test_challenge`` and ``official-train`` list its task ids.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from string import Template
+
+from ...errors import DataNotFoundError, EnvCrashError, TaskError
+from .setup import APPWORLD_VERSION, AppWorldInstall
+
+__all__ = ["AppWorldTask", "Build", "TASK_DIR", "load_tasks", "split_task_ids", "ensure_build", "official_root",
+           "official_task_ids", "scenario_of", "CELL_SEPARATOR"]
+
+logger = logging.getLogger(__name__)
+
+TASK_DIR = Path(__file__).resolve().parent / "tasks"
+BUILDER_SCRIPT = Path(__file__).resolve().parent / "builder.py"
+CELL_SEPARATOR = "# %%"
+OFFICIAL_SPLIT_FILES = {"dev": "dev", "test_normal": "test_normal", "test_challenge": "test_challenge",
+                        "official-train": "train"}
+
+
+@dataclass(frozen=True)
+class AppWorldTask:
+    """One task of our set (``official`` False) or of the official data (only id, instruction unknown here)."""
+
+    task_id: str
+    scenario: str
+    split: str
+    apps: tuple[str, ...] = ()
+    instruction: str = ""
+    answer: object = None
+    solution: tuple[str, ...] = ()
+    wrong_solution: tuple[str, ...] = ()
+    spec: dict = field(default_factory=dict, compare=False, repr=False)
+    official: bool = False
+
+
+def scenario_of(task_id: str) -> str:
+    """AppWorld's scenario (generator) id of a task id: the part before ``_``."""
+    return task_id.split(":")[0].split("_")[0]
+
+
+def _cells(text: str) -> tuple[str, ...]:
+    cells, cur = [], []
+    for line in text.splitlines():
+        if line.strip() == CELL_SEPARATOR:
+            cells.append("\n".join(cur).strip())
+            cur = []
+        else:
+            cur.append(line)
+    cells.append("\n".join(cur).strip())
+    return tuple(c for c in cells if c)
+
+
+def _fill(template: str, values: dict, where: str) -> str:
+    try:
+        return Template(template).substitute(values)
+    except (KeyError, ValueError) as e:
+        raise TaskError(f"{where}: template placeholder {e} has no value") from e
+
+
+@lru_cache(maxsize=4)
+def _load(task_dir: str) -> tuple[AppWorldTask, ...]:
+    root = Path(task_dir)
+    common = json.loads((root / "common.json").read_text())
+    tasks: list[AppWorldTask] = []
+    for sdir in sorted(p for p in root.iterdir() if p.is_dir() and (p / "scenario.json").is_file()):
+        scenario = sdir.name
+        if not scenario.isalnum():
+            raise TaskError(f"scenario directory {sdir} must be alphanumeric (AppWorld ids are <scenario>_<n>)")
+        sc = json.loads((sdir / "scenario.json").read_text())
+        evaluation = (sdir / "evaluation.py").read_text()
+        solution_t = (sdir / "solution.py").read_text()
+        wrong_t = (sdir / "wrong.py").read_text() if (sdir / "wrong.py").is_file() else ""
+        for n, var in enumerate(sc["variants"], start=1):
+            task_id = f"{scenario}_{n}"
+            public = dict(var.get("public_data", {}))
+            values = {k: str(v) for k, v in public.items()}
+            values.update({f"wrong_{k}": str(v) for k, v in var.get("wrong", {}).items()})
+            seed = {k: list(v) for k, v in sc.get("seed", {}).items()}
+            for k, v in var.get("seed", {}).items():
+                seed.setdefault(k, []).extend(v)
+            sup_fields = {**sc.get("supervisor_fields", {}), **var.get("supervisor_fields", {})}
+            instruction = _fill(sc["instruction"], values, f"{task_id} instruction")
+            solution = tuple(_fill(c, values, f"{task_id} solution") for c in _cells(solution_t))
+            wrong = tuple(_fill(c, values, f"{task_id} wrong solution") for c in _cells(wrong_t))
+            spec = {"task_id": task_id, "instruction": instruction, "supervisor": common["supervisor"],
+                    "datetime": sc.get("datetime", common["datetime"]), "apps": list(sc["apps"]), "seed": seed,
+                    "supervisor_fields": sup_fields, "public_data": public,
+                    "private_data": var.get("private_data", {}), "answer": var.get("answer"),
+                    "evaluation": evaluation, "difficulty": sc.get("difficulty", 1), "solution": list(solution)}
+            tasks.append(AppWorldTask(task_id=task_id, scenario=scenario, split=sc["split"], apps=tuple(sc["apps"]),
+                                      instruction=instruction, answer=var.get("answer"), solution=solution,
+                                      wrong_solution=wrong, spec=spec))
+    return tuple(tasks)
+
+
+def load_tasks(task_dir: str | os.PathLike | None = None) -> tuple[AppWorldTask, ...]:
+    """Every task of our set, in a stable order (scenario, then variant)."""
+    return _load(str(Path(task_dir) if task_dir else TASK_DIR))
+
+
+def split_task_ids(split: str, task_dir: str | os.PathLike | None = None) -> list[str]:
+    tasks = load_tasks(task_dir)
+    if split == "all":
+        return [t.task_id for t in tasks]
+    ids = [t.task_id for t in tasks if t.split == split]
+    if not ids:
+        raise TaskError(f"no tasks in our AppWorld split {split!r}")
+    return ids
+
+
+@dataclass(frozen=True)
+class Build:
+    """A built task set: ``full_data`` (with ground truth, evaluator only), ``world_data`` (what workers see)."""
+
+    root: Path
+
+    @property
+    def full_data(self) -> Path:
+        return self.root / "full" / "data"
+
+    @property
+    def world_data(self) -> Path:
+        return self.root / "world" / "data"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+
+def _build_spec(tasks: tuple[AppWorldTask, ...]) -> dict:
+    splits: dict[str, list[str]] = {}
+    for t in tasks:
+        splits.setdefault(t.split, []).append(t.task_id)
+    return {"tasks": [t.spec for t in tasks], "splits": splits}
+
+
+def ensure_build(install: AppWorldInstall, task_dir: str | os.PathLike | None = None,
+                 timeout: float = 600.0) -> Build:
+    """Build our task set into the official layout (once per content hash); return where it is."""
+    tasks = load_tasks(task_dir)
+    spec = _build_spec(tasks)
+    blob = json.dumps(spec, sort_keys=True).encode() + BUILDER_SCRIPT.read_bytes() + APPWORLD_VERSION.encode()
+    digest = hashlib.sha256(blob).hexdigest()[:16]
+    out = install.builds_dir / digest
+    build = Build(out)
+    if build.manifest.is_file():
+        return build
+    install.builds_dir.mkdir(parents=True, exist_ok=True)
+    with open(install.builds_dir / f".{digest}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per hash across processes (pytest-xdist, eval grids)
+        if build.manifest.is_file():
+            return build
+        spec_path = install.builds_dir / f".{digest}.spec.json"
+        spec_path.write_text(json.dumps(spec))
+        t0 = time.monotonic()
+        proc = subprocess.run([str(install.python), "-I", str(BUILDER_SCRIPT), str(spec_path), str(out)],
+                              capture_output=True, timeout=timeout, cwd=str(install.builds_dir),
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(install.root), "LANG": "C.UTF-8",
+                                   "TZ": "UTC", "PYTHONHASHSEED": "0"})
+        if proc.returncode != 0 or not build.manifest.is_file():
+            raise EnvCrashError(f"building the AppWorld task set failed (exit {proc.returncode}):\n"
+                                f"{proc.stderr.decode('utf-8', 'replace')[-3000:]}")
+        spec_path.unlink(missing_ok=True)
+        logger.info("built %d AppWorld tasks into %s in %.1fs", len(tasks), out, time.monotonic() - t0)
+    return build
+
+
+def official_root() -> Path | None:
+    """``$APPWORLD_ROOT`` when it holds the official data (``data/datasets`` and ``data/tasks``)."""
+    env = os.environ.get("APPWORLD_ROOT")
+    if not env:
+        return None
+    root = Path(env).expanduser()
+    if (root / "data" / "datasets").is_dir() and (root / "data" / "tasks").is_dir():
+        return root
+    return None
+
+
+def official_task_ids(split: str) -> list[str]:
+    root = official_root()
+    if root is None:
+        raise DataNotFoundError("official AppWorld data not found: set APPWORLD_ROOT to a downloaded bundle "
+                                "(with data/datasets and data/tasks)")
+    path = root / "data" / "datasets" / f"{OFFICIAL_SPLIT_FILES[split]}.txt"
+    if not path.is_file():
+        raise DataNotFoundError(f"{path} does not exist")
+    return [ln.strip().split(":")[0] for ln in path.read_text().splitlines() if ln.strip()]

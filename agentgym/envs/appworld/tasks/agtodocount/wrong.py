@@ -1,0 +1,1 @@
+apis.supervisor.complete_task(answer=$wrong_answer)
