@@ -6,7 +6,7 @@ Everything here is vectorised numpy: group statistics use ``np.bincount`` over d
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -22,18 +22,57 @@ __all__ = [
 NormMode = Literal["mean_norm", "mean_std_norm", "loo"]
 
 
-def group_labels(*keys: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense labels 0..U-1 for the distinct tuples of ``keys`` (numbered in sorted key order).
+def _dense_ids(k: np.ndarray) -> tuple[np.ndarray, int]:
+    """Ids of ``k`` in sorted value order, in 0..size-1: small non-negative ints are used as they are (ids may
+    have gaps), anything else is compacted by a sort."""
+    if k.dtype.kind in "iub":
+        lo, hi = int(k.min()), int(k.max())
+        if lo >= 0 and hi < 2 * k.shape[0] + 1024:
+            return k.astype(np.int64, copy=False), hi + 1
+    return _compact_by_sort(k)
 
-    Equivalent to ``np.unique(np.stack(keys, 1), axis=0, return_inverse=True)`` but faster (one lexsort).
+
+def _compact_by_sort(k: np.ndarray) -> tuple[np.ndarray, int]:
+    n = k.shape[0]
+    order = np.argsort(k)
+    ks = k[order]
+    change = np.empty(n, dtype=bool)
+    change[0] = True
+    np.not_equal(ks[1:], ks[:-1], out=change[1:])
+    dense_sorted = np.cumsum(change) - 1
+    out = np.empty(n, dtype=np.int64)
+    out[order] = dense_sorted
+    return out, int(dense_sorted[-1]) + 1
+
+
+def group_labels(*keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense labels 0..U-1 for the distinct tuples of ``keys``, numbered in lexicographic key order.
+
+    Same result as ``np.unique(np.stack(keys, 1), axis=0, return_inverse=True)``, computed by packing the dense
+    ids of each key into one int64 (one or two quicksorts instead of a lexsort); falls back to ``np.lexsort`` when
+    the packed range would overflow.
     """
     n = keys[0].shape[0]
     if n == 0:
         return np.zeros(0, dtype=np.int64), 0
-    if len(keys) == 1:
-        order = np.argsort(keys[0], kind="stable")
-    else:
-        order = np.lexsort(keys[::-1])
+    packed, size = _dense_ids(np.asarray(keys[0]))
+    for k in keys[1:]:
+        d, u = _dense_ids(np.asarray(k))
+        if size * u >= 2**62:
+            return _group_labels_lexsort(*keys)
+        packed = packed * u + d
+        size *= u
+    if size <= 2 * n + 1024:
+        present = np.zeros(size, dtype=bool)
+        present[packed] = True
+        ids = np.cumsum(present) - 1
+        return ids[packed].astype(np.int64), int(ids[-1]) + 1
+    return _compact_by_sort(packed)
+
+
+def _group_labels_lexsort(*keys: np.ndarray) -> tuple[np.ndarray, int]:
+    n = keys[0].shape[0]
+    order = np.lexsort(keys[::-1])
     change = np.zeros(n, dtype=bool)
     change[0] = True
     for k in keys:
@@ -145,12 +184,18 @@ def return_to_go(
     return out
 
 
-def broadcast_to_tokens(token_row: np.ndarray, turn_values: np.ndarray, fill: float = 0.0,
+def broadcast_to_tokens(token_row: Any, turn_values: np.ndarray, fill: float = 0.0,
                         dtype: type = np.float32) -> np.ndarray:
-    """Spec 2.4: ``A_tok[b, l] = A_turn[token_row[b, l]]`` where the token is a response token, ``fill`` elsewhere.
+    """Spec 2.4: ``A_tok[b, l] = A_turn(row_traj_id[b], token_turn_idx[b, l])`` on response tokens, ``fill``
+    elsewhere.
 
-    ``token_row`` is :attr:`TrajectoryBatch.token_row` (the turn-table row of each token, -1 off the mask).
+    ``token_row`` is a :class:`TrajectoryBatch` with a token table, or its :attr:`TrajectoryBatch.token_row`
+    (the turn-table row of each token, -1 off the mask). ``turn_values`` holds one value per turn row (batch order).
     """
+    if hasattr(token_row, "token_row"):
+        if token_row.token_row is None:
+            raise ValueError("broadcast_to_tokens: the batch has no token table")
+        token_row = token_row.token_row
     turn_values = np.asarray(turn_values)
     if token_row.size == 0:
         return np.full(token_row.shape, fill, dtype=dtype)

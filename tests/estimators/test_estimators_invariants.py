@@ -470,3 +470,14 @@ def test_empty_batch(name):
     assert r.turn_adv.shape == (0,)
     assert r.diagnostics["n_groups"] == 0
     assert all(np.isfinite(v) for v in r.diagnostics.values())
+
+
+@SET
+@given(st.integers(1, 300), st.integers(1, 3), st.sampled_from([2, 7, 1000, 2**62]), st.booleans(),
+       st.integers(0, 2**31 - 1))
+def test_group_labels_match_unique_rows(n, n_keys, hi, negative, seed):
+    rng = np.random.default_rng(seed)
+    keys = [rng.integers(0, hi, size=n) - (2**40 if negative and i == 0 else 0) for i in range(n_keys)]
+    lab, n_lab = E.group_labels(*keys)
+    _, inv = np.unique(np.stack(keys, 1), axis=0, return_inverse=True)
+    assert n_lab == inv.max() + 1 and np.array_equal(lab, inv.reshape(-1))
