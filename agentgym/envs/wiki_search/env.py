@@ -1,0 +1,198 @@
+"""WikiSearch-v0: question answering with a search engine, in the Search-R1 protocol.
+
+Each step the agent either searches or answers (the first well-formed tag of the response counts):
+
+* ``<search>query</search>`` — the observation is the top-``topk`` passages as
+  ``<information>Doc 1(Title: ...) text\\nDoc 2(Title: ...) text</information>`` (Search-R1's format); reward 0.
+* ``<answer>text</answer>`` — ends the episode (``terminated``). Reward: exact match (1.0 or 0.0) after the
+  standard normalization (:mod:`.answers`) against any gold answer; ``info["f1"]`` has the token F1.
+
+Running out of ``max_turns`` without an answer truncates the episode with reward 0. A response with neither tag, an
+empty tag or an over-long query is an invalid action (observation says why; penalty applies; the episode goes on).
+``info`` adds ``golden_answers`` (for adapters computing information gain; never in an observation), ``em`` and
+``f1`` (None until answered), ``answer``, ``n_searches`` and ``data_source``. A failing search engine raises
+:class:`~.retrievers.RetrieverUnavailableError` (an :class:`~agentgym.errors.EnvCrashError`), never a 0 reward.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...core import AgentEnv, StepOutcome
+from ...errors import TaskError
+from ...parsing import ParsedAction
+from ...prompts import PromptTemplate
+from .answers import exact_match, f1_score
+from .retrievers import RetrieverUnavailableError, make_retriever
+from .tasks import SPLITS, WikiQATask, load_split, task_from_dict
+
+__all__ = ["WikiSearchEnv", "format_passages", "SEARCH_R1_INSTRUCTION"]
+
+logger = logging.getLogger(__name__)
+
+_OPTION_KEYS = {"task_id", "task", "task_index"}
+MAX_QUERY_CHARS = 1000
+
+SEARCH_R1_INSTRUCTION = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get "
+    "new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
+    "<search> query </search> and it will return the top searched results between <information> and "
+    "</information>. You can search as many times as you want (you have {max_turns} turns in all). If you find "
+    "no further external knowledge needed, you can directly provide the answer inside <answer> and </answer>, "
+    "without detailed illustrations. For example, <answer> Beijing </answer>."
+)
+_TEMPLATE = PromptTemplate(
+    first=SEARCH_R1_INSTRUCTION + "\nQuestion: {task}\n",
+    with_history=SEARCH_R1_INSTRUCTION + "\nQuestion: {task}\nPrior to this step, you have already taken "
+    "{step_count} step(s). Below are the most recent {history_length} observations and the corresponding actions "
+    "you took:\n{action_history}\nYou are now at step {current_step} and your current observation is:\n"
+    "{current_observation}\n",
+)
+
+
+def format_passages(hits) -> str:
+    """Search-R1's rendering of retrieved passages (``Doc i(Title: t) text``, one per line)."""
+    return "\n".join(f"Doc {i + 1}(Title: {h.passage.title}) {h.passage.text}" for i, h in enumerate(hits))
+
+
+class WikiSearchEnv(AgentEnv):
+    """WikiSearch-v0; see the module docstring for the protocol and :mod:`.tasks` for the splits.
+
+    Args:
+        split: one of :data:`~agentgym.envs.wiki_search.tasks.SPLITS` (default ``demo``).
+        retriever: ``"bm25"`` (default), ``"flat"``/``"dense"``, ``"ivf"``, ``"hnsw"`` for an in-process index over
+            the split's corpus, or an object with ``search(queries, topk)``.
+        retriever_url: a retrieval server (``agentgym retrieval serve``) to query instead.
+        index_dir: a saved index (``agentgym retrieval build``) to load instead.
+        corpus_file: a JSONL corpus to build the in-process index over (default: the split's).
+        qa_file: a JSONL QA file overriding the split's questions.
+        topk: passages per search.
+        timeout: seconds a server search may take.
+        max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
+    """
+
+    action_tags = ("search", "answer")
+    prompt_template = _TEMPLATE
+
+    def __init__(self, split: str = "demo", *, retriever: Any = None, retriever_url: str | None = None,
+                 index_dir: str | Path | None = None, corpus_file: str | Path | None = None,
+                 qa_file: str | Path | None = None, topk: int = 3, timeout: float = 30.0, max_turns: int = 6,
+                 invalid_action_penalty: float = 0.0, history_length: int = 2, render_mode: str | None = None):
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
+                         history_length=history_length, render_mode=render_mode)
+        if split not in SPLITS:
+            raise TaskError(f"unknown WikiSearch split {split!r}; choose from {list(SPLITS)}")
+        if not isinstance(topk, int) or topk < 1:
+            raise TaskError(f"topk must be a positive integer, got {topk!r}")
+        self.split, self.topk = split, topk
+        self._tasks = load_split(split, qa_file)
+        self._by_id = {t.task_id: t for t in self._tasks}
+        self.retriever = make_retriever(split, retriever=retriever, retriever_url=retriever_url,
+                                        index_dir=index_dir, corpus_file=corpus_file, timeout=timeout)
+        self.answer: str | None = None
+        self.em: float | None = None
+        self.f1: float | None = None
+        self.n_searches = 0
+
+    # ---- tasks --------------------------------------------------------------------------------------------
+    def tasks(self) -> tuple[WikiQATask, ...]:
+        return self._tasks
+
+    def task_ids(self, n: int | None = None) -> list[str]:
+        ids = [t.task_id for t in self._tasks]
+        return ids if n is None else ids[:n]
+
+    def get_task(self, task_id: str) -> WikiQATask:
+        try:
+            return self._by_id[task_id]
+        except KeyError:
+            raise TaskError(f"no task {task_id!r} in WikiSearch split {self.split!r}") from None
+
+    def _select_task(self, options: dict) -> WikiQATask:
+        unknown = set(options) - _OPTION_KEYS
+        if unknown:
+            raise TaskError(f"unknown reset options {sorted(unknown)}; WikiSearch accepts {sorted(_OPTION_KEYS)}")
+        if "task" in options:
+            return task_from_dict(options["task"], source="options")
+        if "task_id" in options:
+            return self.get_task(str(options["task_id"]))
+        index = int(options.get("task_index", self.np_random.integers(len(self._tasks))))
+        if not 0 <= index < len(self._tasks):
+            raise TaskError(f"task_index {index} out of range for split {self.split!r} ({len(self._tasks)} tasks)")
+        return self._tasks[index]
+
+    # ---- episode ------------------------------------------------------------------------------------------
+    def _start(self, task: WikiQATask) -> str:
+        self.answer, self.em, self.f1, self.n_searches = None, None, None, 0
+        return f"Question: {task.question}"
+
+    def _execute(self, command: str, parsed: ParsedAction) -> StepOutcome:
+        if parsed.tag == "answer":
+            self.answer = command
+            self.em = exact_match(command, self.task.golden_answers)
+            self.f1 = f1_score(command, self.task.golden_answers)
+            self._won = self.em == 1.0
+            return StepOutcome(f"Answer submitted: {command}", reward=self.em, terminated=True, process_ok=True)
+        if len(command) > MAX_QUERY_CHARS:
+            reason = f"the search query is too long ({len(command)} > {MAX_QUERY_CHARS} characters)"
+            return StepOutcome(f"Invalid action: {reason}.", valid=False, invalid_reason=reason)
+        hits = self._search(command)
+        self.n_searches += 1
+        body = format_passages(hits) if hits else "No results found."
+        return StepOutcome(f"<information>{body}</information>", process_ok=bool(hits))
+
+    def _search(self, query: str):
+        import retrieval
+
+        try:
+            rows = self.retriever.search([query], self.topk)
+        except retrieval.BadRequestError as e:  # in-process validation of the query (the agent's text)
+            raise RetrieverUnavailableError(f"the retriever rejected a query: {e}") from e
+        except retrieval.RetrievalError as e:
+            raise RetrieverUnavailableError(f"search failed: {type(e).__name__}: {e}") from e
+        if len(rows) != 1:
+            raise RetrieverUnavailableError(f"the retriever returned {len(rows)} result lists for one query")
+        return rows[0]
+
+    def step(self, action: str):
+        out = super().step(action)
+        info = out[4]
+        if info["action_tag"] is not None and info["action"] is not None:
+            # Keep the tag in the history the prompt shows: a search and an answer read differently.
+            tag = info["action_tag"]
+            self.history[-1] = (self.history[-1][0], f"<{tag}>{info['action']}</{tag}>")
+        return out
+
+    # ---- contract hooks -----------------------------------------------------------------------------------
+    def _prompt_fields(self) -> dict[str, Any]:
+        return {"task": self.task.question, "max_turns": self.max_turns}
+
+    def score(self) -> float:
+        return float(self.em or 0.0)
+
+    def _info(self, parsed, raw, outcome):
+        info = super()._info(parsed, raw, outcome)
+        info.update(golden_answers=list(self.task.golden_answers), em=self.em, f1=self.f1, answer=self.answer,
+                    n_searches=self.n_searches, data_source=self.task.data_source)
+        return info
+
+    def oracle_action(self) -> str:
+        """Search with the question first, then answer with the first gold answer."""
+        if self.n_searches == 0:
+            return f"<search>{self.task.question}</search>"
+        return f"<answer>{self.task.golden_answers[0]}</answer>"
+
+    def random_action(self, rng: np.random.Generator) -> str:
+        """Search with 1-4 random words of the question or the last observation, or (a third of the time) answer
+        with a 1-3 word span of the last observation."""
+        words = [w.strip("().,?\"'") for w in (self.task.question + " " + self.last_observation).split()]
+        words = [w for w in words if w and "<" not in w and ">" not in w] or ["?"]
+        if rng.random() < 1 / 3:
+            n, start = int(rng.integers(1, 4)), int(rng.integers(len(words)))
+            return f"<answer>{' '.join(words[start:start + n])}</answer>"
+        picks = rng.choice(len(words), size=min(len(words), int(rng.integers(1, 5))), replace=False)
+        return f"<search>{' '.join(words[i] for i in sorted(picks))}</search>"
