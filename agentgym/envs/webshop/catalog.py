@@ -37,7 +37,7 @@ from ...data import find_data
 from ...errors import AgentGymError, DataNotFoundError, MissingDependencyError
 
 __all__ = ["Product", "Catalog", "load_catalog", "process_raw_product", "document_text", "git_blob_id",
-           "build_noun_table", "OFFICIAL_BLOB_IDS", "DEFAULT_NOUN_MODEL", "WebShopDataError"]
+           "build_noun_table", "save_noun_table", "OFFICIAL_BLOB_IDS", "DEFAULT_NOUN_MODEL", "WebShopDataError"]
 
 logger = logging.getLogger(__name__)
 
@@ -195,8 +195,10 @@ def _load_nouns(path: Path | None, model: str) -> dict[str, list[str]]:
 def build_noun_table(titles: dict[str, str], model: str = "en_core_web_sm") -> dict[str, list[str]]:
     """asin -> lower-cased NOUN/PROPN tokens of the title, with spaCy (WebShop's ``get_type_reward`` parse).
 
-    Needs ``pip install spacy`` and the model; the result can be saved as ``{model_name: table}`` JSON and passed
-    to the env as ``noun_table=``.
+    ``model`` is a spaCy model name or path (WebShop's 2022 paper used ``en_core_web_lg``, verl-agent
+    ``en_core_web_sm`` 3.7). Needs ``pip install spacy`` and the model; spaCy 3.8.18 with en_core_web_sm 3.8.0
+    reproduces the staged default table exactly. Save the result with :func:`save_noun_table` and pass the file as
+    ``noun_table=`` (and its key as ``noun_model=``).
     """
     try:
         import spacy
@@ -206,6 +208,12 @@ def build_noun_table(titles: dict[str, str], model: str = "en_core_web_sm") -> d
     # WebShop lists the non-existent tag 'PNOUN' as well; it never matches.
     return {asin: [t.text.lower() for t in nlp(title) if t.pos_ in ("PNOUN", "NOUN", "PROPN")]
             for asin, title in titles.items()}
+
+
+def save_noun_table(path: str | os.PathLike, table: dict[str, list[str]], model_name: str) -> None:
+    """Write ``table`` as ``{model_name: table}`` JSON, the format :func:`load_catalog` reads."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({model_name: table}, f, ensure_ascii=False)
 
 
 def _load_doc_tokens(products: list[Product], path: Path | None) -> dict[str, list[str]] | None:

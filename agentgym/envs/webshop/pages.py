@@ -205,7 +205,8 @@ class ShopSession:
         elif self.page == "attributes":
             p = self.product
             segs = [*head, *nav, *p.attributes, p.category, p.query, p.product_category]
-        else:  # done: informational only
+        else:  # done: informational only; the original page lists more "None" fields between attrs and the score
+            # (spec §3.1 elides them), which no wrapper reads: verl-agent resets and AgentGym stops at Buy Now.
             segs = ["Thank you for shopping with us!", "Your code:", "None", "(Paste it in your MTurk interface.)",
                     "Purchased", "asin", (self.asin or "").upper(), "options", json.dumps(self.options), "attrs",
                     "None", "Your score (min 0.0, max 1.0)", str(reward), "Reward Details", "None"]
