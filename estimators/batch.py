@@ -126,6 +126,9 @@ def _coerce(name: str, value: Any) -> np.ndarray:
         arr = np.asarray(value)
         if arr.dtype.kind in "iub":
             return arr.astype(np.int64)
+        if arr.dtype.kind == "O" and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                                         for v in arr.tolist()):
+            return arr.astype(np.int64)  # ints handed over in an object array stay ints
         if arr.dtype.kind in "USO":
             return arr.astype(str)
         if arr.dtype.kind == "f":
