@@ -160,7 +160,8 @@ def main():
     print("\n### Ceiling (gold product + goal options, from the reward) vs the oracle through the pages\n")
     print("| goals | n | ceiling success (%) | ceiling score (x100) | oracle success (%) | oracle score (x100) |")
     print("|---|---:|---:|---:|---:|---:|")
-    sets = [("seed-0 test (0-499)", "test", 0, args.episodes), ("human (13)", "human", 0, None)]
+    sets = [("seed-0 test (0-499)", "test", 0, args.episodes), ("human (13)", "human", 0, None),
+            ("verl-agent first validation batch (128 worker seeds)", "verl-agent-val", 0, None)]
     if args.all_goals:
         sets += [("seed-0 all 6,910", "all", 0, None), ("seed-1000 first 500 (verl-agent val pool)", "test", 1000,
                                                          None)]

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from agentgym.envs.webshop.goals import SPLIT_RANGES, goal_list, split_indices, verl_agent_worker_seed
+from agentgym.envs.webshop.goals import (SPLIT_RANGES, goal_list, split_indices, verl_agent_goal_indices,
+                                        verl_agent_val_tasks, verl_agent_worker_seed)
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +62,28 @@ def test_goal_lists_are_seeded_not_global(catalog):
     assert random.getstate() == state  # the global RNG is untouched
     b, _ = goal_list(catalog, 8)
     assert [g.instruction for g in a] != [g.instruction for g in b]
+
+
+def test_verl_agent_samplers():
+    import numpy as np
+
+    first = np.random.RandomState(1000).choice(range(500), 128, replace=False).tolist()
+    assert verl_agent_goal_indices(1000, 128, validation=True)[0] == first
+    assert verl_agent_val_tasks() == [(1000 + i, k) for i, k in enumerate(first)]
+    train = verl_agent_goal_indices(0, 16, validation=False, group_n=8, rounds=2)
+    assert len(train) == 2 and len(train[0]) == 128 and all(500 <= k < 6910 for k in train[0])
+    assert train[0][:8] == [train[0][0]] * 8 and train[0] != train[1]
+
+
+def test_verl_agent_val_split_plays_each_workers_goal(catalog, goal_ref):
+    import agentgym
+
+    env = agentgym.make("WebShop-v0", split="verl-agent-val")
+    ids = env.task_ids()
+    assert len(ids) == 128 and ids[0].startswith("ws1000-")
+    index0 = int(ids[0].split("-")[1])
+    _, info = env.reset(options={"task_id": ids[0]})
+    ref = goal_ref["seeds"]["1000"]["goals"][index0]
+    assert (env.task.asin, env.task.price_upper, env.task.instruction) == tuple(ref[:3])
+    env.reset(options={"task_id": ids[1]})
+    assert env.task.seed == 1001

@@ -16,10 +16,11 @@ ENTRY = EnvEntry(
         "train": "goals 500-6,909 of the same list (shares products with test)",
         "all": "all 6,910 synthetic goals of the seed-0 list",
         "human": "the 13 human-written goals of the 1,000-product catalogue",
+        "verl-agent-val": "verl-agent's first validation batch: 128 (worker seed 1000+i, goal) pairs (overlaps train)",
     },
     default_split="test",
     extra="webshop",
     requires=("regex",),
-    data={"test": _DOCS, "train": _DOCS, "all": _DOCS, "human": _DOCS},
+    data={"test": _DOCS, "train": _DOCS, "all": _DOCS, "human": _DOCS, "verl-agent-val": _DOCS},
     description="WebShop (1,000 products, synthetic goals, text pages) with native BM25, reward and an oracle",
 )

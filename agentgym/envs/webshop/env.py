@@ -19,7 +19,9 @@ chooses options and buys. Only Buy Now ends an episode (``terminated``); ``max_t
   ``info["reward_info"]`` WebShop's breakdown (r_type, r_att, r_option, r_price, their weights, query/category
   match, title score) after a purchase.
 * **Tasks**: see :mod:`.goals`. ``split`` is ``test`` (goals 0-499 of the seed-0 list), ``train`` (500-6,909),
-  ``all`` or ``human``; ``goal_seed`` builds the list with another seed (a verl-agent worker's). Task ids are
+  ``all``, ``human`` or ``verl-agent-val`` (the 128 (worker seed, goal) pairs of verl-agent's first validation
+  batch, for comparing with published curves; it overlaps ``train``); ``goal_seed`` builds the list with another
+  seed (a verl-agent worker's). Task ids are
   ``ws<seed>-<index>`` (``wsh`` for human goals). ``reset(options={"task_id": ...})``, ``{"goal_index": k}`` or
   ``{"task": {...}}`` (a goal dict as :meth:`~.goals.WebShopGoal.to_dict` writes it) select a goal; otherwise it
   is drawn from the split with ``self.np_random``.
@@ -40,7 +42,7 @@ from ...errors import TaskError
 from ...parsing import ParsedAction
 from ...prompts import PromptTemplate
 from .catalog import Catalog, load_catalog
-from .goals import WebShopGoal, goal_list, split_indices
+from .goals import (WebShopGoal, get_goal, goal_list, session_prices, split_indices, verl_agent_val_tasks)
 from .oracle import oracle_command, oracle_query
 from .pages import SEARCH_PLACEHOLDER, ShopSession, parse_webshop_action, verl_agent_view
 from .reward import RewardGoal, get_reward
@@ -50,7 +52,7 @@ __all__ = ["WebShopEnv", "get_engine", "SPLITS"]
 
 logger = logging.getLogger(__name__)
 
-SPLITS = ("test", "train", "all", "human")
+SPLITS = ("test", "train", "all", "human", "verl-agent-val")
 _OPTION_KEYS = {"task_id", "task", "goal_index"}
 _MAX_PROMPT_CHARS = 13_000
 _TASK_ID = re.compile(r"^(ws|wsh)(\d+)-(\d+)$")
@@ -110,7 +112,7 @@ class WebShopEnv(AgentEnv):
     """WebShop-v0; see the module docstring.
 
     Args:
-        split: ``test`` | ``train`` | ``all`` | ``human``.
+        split: ``test`` | ``train`` | ``all`` | ``human`` | ``verl-agent-val``.
         goal_seed: seed of the goal list (0: the global list; a verl-agent worker's seed reproduces its list).
         observation_mode: ``"text"`` (WebShop's raw text) or ``"verl-agent"`` (quoted segments, no instruction).
         reward_mode: ``"raw"`` (WebShop's score) or ``"verl-agent"`` (10 for a score of 1.0, else 0).
@@ -163,18 +165,16 @@ class WebShopEnv(AgentEnv):
         return goal_list(self.catalog, self.goal_seed if seed is None else seed, kind)[0]
 
     def prices(self, seed: int | None = None) -> dict[str, float]:
-        """The session prices (ranged products get a seeded uniform draw) of the goal list of ``seed``."""
-        kind = "human" if self.split == "human" else "synthetic"
-        return goal_list(self.catalog, self.goal_seed if seed is None else seed, kind)[1]
-
-    def _split_goals(self) -> list[WebShopGoal]:
-        goals = self.goals()
-        if self.split == "human":
-            return list(goals)
-        return [goals[i] for i in split_indices(self.split, len(goals))]
+        """The session prices (ranged products get a seeded uniform draw) of the WebShop built with ``seed``."""
+        return session_prices(self.catalog, self.goal_seed if seed is None else int(seed))
 
     def task_ids(self, n: int | None = None) -> list[str]:
-        ids = [g.task_id for g in self._split_goals()]
+        if self.split == "verl-agent-val":
+            ids = [f"ws{seed}-{index}" for seed, index in verl_agent_val_tasks(env_seed=self.goal_seed)]
+        elif self.split == "human":
+            ids = [g.task_id for g in self.goals()]
+        else:
+            ids = [f"ws{self.goal_seed}-{i}" for i in split_indices(self.split, len(self.goals()))]
         return ids if n is None else ids[:n]
 
     def get_task(self, task_id: str) -> WebShopGoal:
@@ -182,11 +182,7 @@ class WebShopEnv(AgentEnv):
         if m is None:
             raise TaskError(f"malformed WebShop task id {task_id!r}; expected ws<seed>-<index> or wsh<seed>-<index>")
         kind = "synthetic" if m.group(1) == "ws" else "human"
-        goals = goal_list(self.catalog, int(m.group(2)), kind)[0]
-        index = int(m.group(3))
-        if not 0 <= index < len(goals):
-            raise TaskError(f"no WebShop goal {task_id!r}: the {kind} list has {len(goals)} goals")
-        return goals[index]
+        return get_goal(self.catalog, int(m.group(2)), int(m.group(3)), kind)
 
     def _goal_from_dict(self, d: dict) -> WebShopGoal:
         try:
@@ -222,8 +218,8 @@ class WebShopEnv(AgentEnv):
             if not 0 <= index < len(goals):
                 raise TaskError(f"goal_index {index} out of range (0..{len(goals) - 1})")
             return goals[index]
-        pool = self._split_goals()
-        return pool[int(self.np_random.integers(len(pool)))]
+        pool = self.task_ids()
+        return self.get_task(pool[int(self.np_random.integers(len(pool)))])
 
     def _task_id(self, task: WebShopGoal) -> str:
         return task.task_id
@@ -279,7 +275,7 @@ class WebShopEnv(AgentEnv):
         rgoal = RewardGoal(name=gold.title, query=gold.query, product_category=gold.product_category,
                            attributes=goal.attributes, goal_options=goal.goal_options, price_upper=goal.price_upper,
                            nouns=tuple(self.catalog.nouns[gold.asin]))
-        price = self.prices(goal.seed if goal.index >= 0 else None).get(product.asin, 100.0)
+        price = self.prices(goal.seed).get(product.asin, 100.0)
         total, info = get_reward(product, rgoal, price, dict(self.session.options), self.catalog.nouns[product.asin])
         info = {**info, "asin": product.asin, "options": dict(self.session.options), "price": price}
         return float(total), info

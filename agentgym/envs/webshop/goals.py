@@ -32,7 +32,8 @@ from ...errors import TaskError
 from .catalog import Catalog
 
 __all__ = ["WebShopGoal", "PRICE_RANGE", "product_prices", "synthetic_goals", "human_goals", "goal_list",
-           "SPLIT_RANGES", "split_indices", "verl_agent_worker_seed", "NO_PRICE_BOUND"]
+           "SPLIT_RANGES", "split_indices", "verl_agent_worker_seed", "verl_agent_goal_indices",
+           "verl_agent_val_tasks", "session_prices", "get_goal", "NO_PRICE_BOUND"]
 
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]
 NO_PRICE_BOUND = 1000000
@@ -154,6 +155,21 @@ def goal_list(catalog: Catalog, seed: int = 0, kind: str = "synthetic") -> tuple
     return _goal_list_cached(catalog, int(seed), kind)
 
 
+@lru_cache(maxsize=256)
+def session_prices(catalog: Catalog, seed: int) -> dict[str, float]:
+    """The session prices of a WebShop built with ``seed`` (the first draws of its generator; no goals needed)."""
+    return product_prices(catalog, random.Random(seed))
+
+
+@lru_cache(maxsize=8192)
+def get_goal(catalog: Catalog, seed: int, index: int, kind: str = "synthetic") -> WebShopGoal:
+    """Goal ``index`` of the ``seed`` list (kept after the list itself leaves the cache)."""
+    goals = goal_list(catalog, seed, kind)[0]
+    if not 0 <= index < len(goals):
+        raise TaskError(f"no {kind} goal {index} in the seed-{seed} list ({len(goals)} goals)")
+    return goals[index]
+
+
 def split_indices(split: str, n_goals: int) -> range:
     """The goal indices of a split of the synthetic list."""
     if split not in SPLIT_RANGES:
@@ -168,3 +184,24 @@ def verl_agent_worker_seed(worker: int, *, validation: bool = False, group_n: in
     from 0-499 (``np.random.RandomState(seed).choice``), so with ``goal_seed`` set this way the env plays the same
     goals as that worker."""
     return 1000 + worker if validation else env_seed + worker // group_n
+
+
+def verl_agent_goal_indices(seed: int, env_num: int, *, validation: bool, group_n: int = 1, n_goals: int = 6910,
+                            rounds: int = 1) -> list[list[int]]:
+    """The goal indices verl-agent's WebShop env hands its workers at each of ``rounds`` resets: a
+    ``np.random.RandomState(seed)`` draws ``env_num`` distinct indices from 0-499 (validation) or 500-6,909
+    (training) per reset, each repeated ``group_n`` times. Worker ``i`` plays index ``[i]`` of its own goal list
+    (:func:`verl_agent_worker_seed`)."""
+    import numpy as np
+
+    rng = np.random.RandomState(seed)
+    pool = range(500) if validation else range(500, n_goals)
+    return [np.repeat(rng.choice(pool, size=env_num, replace=False), group_n).tolist() for _ in range(rounds)]
+
+
+def verl_agent_val_tasks(val_batch_size: int = 128, env_seed: int = 0) -> list[tuple[int, int]]:
+    """(goal seed, goal index) of verl-agent's first validation batch: worker ``i`` (seed ``env_seed + 1000 + i``)
+    plays index ``i`` of ``RandomState(env_seed + 1000).choice(range(500), val_batch_size, replace=False)``."""
+    seed = env_seed + 1000
+    idx = verl_agent_goal_indices(seed, val_batch_size, validation=True)[0]
+    return [(seed + i, k) for i, k in enumerate(idx)]
