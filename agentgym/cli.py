@@ -5,6 +5,7 @@
     agentgym retrieval build|serve|search ...     (needs the retrieval extra)
     agentgym alfworld generate --out DIR --n N --seed S
     agentgym appworld setup [--root DIR]
+    agentgym train --env ENV --estimator NAME --model PATH ...   (needs the trl extra)
 
 Progress bars go to stderr; tables to stdout.
 """
@@ -24,6 +25,7 @@ _DELEGATED = {
     "retrieval": ("retrieval.cli", "retrieval"),
     "alfworld": ("agentgym.envs.alfworld.generate", "alfworld"),
     "appworld": ("agentgym.envs.appworld.setup", None),
+    "train": ("adapters.train", "trl"),
 }
 
 

@@ -9,12 +9,10 @@ they are computed with BLAKE2b over UTF-8 bytes, never with Python's salted ``ha
 from __future__ import annotations
 
 import hashlib
-import re
 import unicodedata
 
 __all__ = ["stable_digest", "normalize_text", "obs_hash", "action_key", "ACTION_KEY_FALLBACK_TOKENS"]
 
-_WS = re.compile(r"\s+")
 _MASK63 = (1 << 63) - 1
 #: When no action could be parsed, the action key is the digest of this many leading whitespace tokens.
 ACTION_KEY_FALLBACK_TOKENS = 8
@@ -22,12 +20,22 @@ ACTION_KEY_FALLBACK_TOKENS = 8
 
 def normalize_text(text: str) -> str:
     """NFC-normalize, lower-case, and collapse runs of whitespace; strip the ends."""
-    return _WS.sub(" ", unicodedata.normalize("NFC", text)).strip().lower()
+    if not text.isascii():  # NFC is the identity on ASCII; skip it on the hot path
+        text = unicodedata.normalize("NFC", text)
+    return " ".join(text.split()).lower()
+
+
+_HASHERS: dict[str, "hashlib._Hash"] = {}
 
 
 def stable_digest(text: str, *, namespace: str = "") -> int:
-    """A non-negative 63-bit integer digest of ``text`` (BLAKE2b-64, top bit cleared)."""
-    h = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8, person=namespace.encode()[:16])
+    """A non-negative 63-bit integer digest of ``text`` (BLAKE2b-64 personalised with ``namespace``, top bit
+    cleared)."""
+    base = _HASHERS.get(namespace)
+    if base is None:
+        base = _HASHERS[namespace] = hashlib.blake2b(digest_size=8, person=namespace.encode()[:16])
+    h = base.copy()  # copying a keyed state is cheaper than building one
+    h.update(text.encode("utf-8", "surrogatepass"))
     return int.from_bytes(h.digest(), "big") & _MASK63
 
 
