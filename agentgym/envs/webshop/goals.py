@@ -16,7 +16,9 @@ shuffles the list. This is verl-agent's order (``random.seed(seed)`` at env cons
 both. Test never contains a train goal, but the two share products (about 128 products make up the first 500
 goals). verl-agent's own "test" is a per-worker reshuffle (train workers seed ``0 + i // group_n``, validation
 workers ``1000 + i``) that overlaps training; pass ``goal_seed`` to the env to reproduce one worker's list, and see
-:func:`verl_agent_worker_seed`.
+:func:`verl_agent_worker_seed`, :func:`verl_agent_goal_indices` and the env's ``verl-agent-val`` split. (This is
+verl-agent at ``796ed310``, the version behind the GiGPO numbers; later verl-agent versions hand worker 0's list to
+every worker, i.e. ``goal_seed`` = the env seed for all.)
 """
 
 from __future__ import annotations

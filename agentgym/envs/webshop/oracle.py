@@ -18,16 +18,19 @@ from __future__ import annotations
 from typing import Callable
 
 from .catalog import Catalog
-from .goals import WebShopGoal
+from .goals import WebShopGoal, session_prices
 from .pages import RESULTS_PER_PAGE, ShopSession
 from .reward import RewardGoal, get_reward
 
 __all__ = ["oracle_query", "oracle_command", "goal_option_values", "ceiling_reward"]
 
 
-def ceiling_reward(goal: WebShopGoal, catalog: Catalog, prices: dict[str, float]) -> float:
-    """The reward of buying the gold product with exactly the goal options at its session price: the best any
-    policy can score on ``goal`` (1.0 for 6,452 of the 6,910 synthetic goals)."""
+def ceiling_reward(goal: WebShopGoal, catalog: Catalog, prices: dict[str, float] | None = None) -> float:
+    """The reward of buying the gold product with exactly the goal options at its session price (``prices``,
+    default: those of the goal's seed): the best any policy can score on ``goal`` (1.0 for 6,452 of the 6,910
+    synthetic goals)."""
+    if prices is None:
+        prices = session_prices(catalog, goal.seed)
     gold = catalog.by_asin[goal.asin]
     rgoal = RewardGoal(name=gold.title, query=gold.query, product_category=gold.product_category,
                        attributes=goal.attributes, goal_options=goal.goal_options, price_upper=goal.price_upper,
