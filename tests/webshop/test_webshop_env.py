@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import agentgym
-from agentgym.envs.webshop.pages import SEP, parse_webshop_action, verl_agent_view
-from agentgym.errors import TaskError
+pytest.importorskip("regex", reason="WebShop search needs regex: pip install 'agentgym[webshop]'")
+
+import agentgym  # noqa: E402
+from agentgym.envs.webshop.pages import SEP, parse_webshop_action, verl_agent_view  # noqa: E402
+from agentgym.errors import TaskError  # noqa: E402
 
 
 @pytest.fixture

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from agentgym.envs.webshop.porter import stem
-from agentgym.envs.webshop.search import BM25Index, QueryTooLongError, analyze, length_table
+pytest.importorskip("regex", reason="WebShop search needs regex: pip install 'agentgym[webshop]'")
+
+from agentgym.envs.webshop.porter import stem  # noqa: E402
+from agentgym.envs.webshop.search import BM25Index, QueryTooLongError, analyze, length_table  # noqa: E402
 
 
 def test_porter_known_stems():
