@@ -22,7 +22,10 @@ def test_catalog_facts(catalog):
 
 
 def test_processed_file_is_the_official_blob(ws_data):
+    from agentgym.envs.webshop.catalog import OFFICIAL_BLOB_IDS
+
     assert git_blob_id(ws_data("documents_1k.jsonl")) == DOCUMENTS_1K_BLOB_ID
+    assert git_blob_id(ws_data("items_ins_v2_1000.json")) == OFFICIAL_BLOB_IDS["items_ins_v2_1000.json"]
 
 
 def test_document_text_rebuilds_every_search_document(catalog):
@@ -74,3 +77,18 @@ def test_official_file_layout_loads_the_same_catalogue(catalog, ws_data, tmp_pat
     for a, b in zip(other.products, catalog.products):
         assert (a.title, a.price_text, a.pricing, a.options, a.attributes, a.contents, a.instruction_text) == (
             b.title, b.price_text, b.pricing, b.options, b.attributes, b.contents, b.instruction_text)
+
+
+def test_webshop_data_env_var_is_used_and_checked(ws_data, tmp_path, monkeypatch):
+    import pytest
+
+    from agentgym.envs.webshop.catalog import WebShopDataError
+    from agentgym.errors import DataNotFoundError
+
+    monkeypatch.setenv("WEBSHOP_DATA", str(tmp_path))
+    with pytest.raises(DataNotFoundError, match="items_shuffle_1000.json"):
+        load_catalog()
+    (tmp_path / "items_shuffle_1000.json").write_text("[]", encoding="utf-8")
+    (tmp_path / "items_ins_v2_1000.json").write_bytes(ws_data("items_ins_v2_1000.json").read_bytes())
+    with pytest.raises(WebShopDataError, match="items_shuffle_1000.json"):
+        load_catalog()

@@ -260,3 +260,20 @@ def test_random_policy_uses_admissible_actions(env):
             assert info["action_valid"] == info["action_admissible"] == (a != "<action>click[search]</action>")
             if term or trunc:
                 break
+
+
+def test_long_prompts_fall_back_to_the_first_step_template(env, monkeypatch):
+    import agentgym.envs.webshop.env as ws_env
+
+    env.reset(options={"task_id": "ws0-0"})
+    act(env, "search[jeans]")
+    assert "Prior to this step" in env.prompt()
+    monkeypatch.setattr(ws_env, "_MAX_PROMPT_CHARS", 500)  # verl-agent: 13,000 characters
+    p = env.prompt()
+    assert "Prior to this step" not in p and "Your current observation is: 'Back to Search'" in p
+
+
+def test_category_search_needs_a_category(env):
+    env.reset(options={"task_id": "ws0-0"})
+    obs, r, term, trunc, info = act(env, "search[<c>]")
+    assert info["action_valid"] is False and "category" in info["invalid_reason"]
