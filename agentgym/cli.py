@@ -2,6 +2,9 @@
 
     agentgym list
     agentgym eval ENV_ID --split S --policy P [--episodes N] [--seeds 0,1] [--trials T] --out results.jsonl
+                  [--backend sequential|process|ray [--address ADDR]] [--workers N] [--pass-k K]
+                  P: oracle | random | openai:MODEL [--base-url URL --api-key-env VAR ...] | hf:PATH | module:attr
+    agentgym report RESULTS.jsonl... [--by family,depth] [--plot FILE.png|FILE.svg]   (plots need matplotlib)
     agentgym retrieval build|serve|search ...     (needs the retrieval extra)
     agentgym alfworld generate --out DIR --n N --seed S
     agentgym appworld setup [--root DIR]
@@ -35,7 +38,10 @@ def _cmd_list(args) -> int:
     rows = [("env id", "split", "available", "description")]
     for e in ENVS:
         for split, desc in e.splits.items():
-            ok, why = e.split_available(split)
+            try:
+                ok, why = e.split_available(split)
+            except Exception as exc:  # noqa: BLE001 - one broken env package must not hide the others
+                ok, why = False, f"{type(exc).__name__}: {exc}"
             rows.append((e.env_id, split, "yes" if ok else f"no: {why}", desc))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
@@ -72,20 +78,58 @@ def _cmd_eval(args) -> int:
     if not ok:
         print(f"error: {args.env_id} split {split!r} is not available here: {why}", file=sys.stderr)
         return 2
-    policy = load_policy(args.policy)
+    from .errors import AgentGymError
+
+    try:
+        policy = load_policy(args.policy, **_policy_options(args))
+    except AgentGymError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     env_kwargs = {}
     for kv in args.env_arg or []:
         k, _, v = kv.partition("=")
         env_kwargs[k] = _literal(v)
     grid = EvalGrid(env_id=args.env_id, split=split, episodes=args.episodes, seeds=args.seeds, trials=args.trials,
-                    env_kwargs=env_kwargs, max_turns=args.max_turns, workers=args.workers)
+                    env_kwargs=env_kwargs, max_turns=args.max_turns, workers=args.workers, backend=args.backend,
+                    address=args.address)
     total = len(grid.episodes_list())
     bar = _progress_bar(total, f"{args.env_id}/{split}")
-    rows = run_grid(grid, policy, args.out, policy_name=args.policy, progress=bar.update)
-    bar.close()
+    try:
+        rows = run_grid(grid, policy, args.out, policy_name=args.policy, progress=bar.update)
+    finally:
+        bar.close()
+        if hasattr(policy, "close"):
+            policy.close()
     table = format_table(summarize(rows, by=args.by), args.format, by=args.by)
     print(table)
+    if args.pass_k:
+        from .eval.summary import format_pass_k, pass_k_curve
+
+        print()
+        print(format_pass_k(pass_k_curve(rows, args.pass_k)))
+    errors = [r for r in rows if r.get("error") is not None]
+    if errors:
+        kinds: dict[str, int] = {}
+        for r in errors:
+            kinds[r["error"]["kind"]] = kinds.get(r["error"]["kind"], 0) + 1
+        print(f"{len(errors)} episode(s) failed ({', '.join(f'{k}: {n}' for k, n in sorted(kinds.items()))}); "
+              f"they are not scored and are played again when the command is rerun", file=sys.stderr)
     return 0
+
+
+def _policy_options(args) -> dict:
+    """The model-policy flags (unset ones are None and left to the config defaults)."""
+    return {"base_url": args.base_url, "api_key_env": args.api_key_env, "temperature": args.temperature,
+            "top_p": args.top_p, "max_tokens": args.max_tokens, "max_new_tokens": args.max_tokens,
+            "stop": args.stop, "seed": args.sampling_seed, "concurrency": args.concurrency,
+            "timeout_s": args.request_timeout, "max_retries": args.max_retries, "backoff_s": args.retry_backoff, "system_prompt": args.system_prompt,
+            "device": args.device, "dtype": args.dtype, "batch_size": args.batch_size}
+
+
+def _cmd_report(args) -> int:
+    from .eval.report import main as report_main
+
+    return report_main(args)
 
 
 def _literal(v: str):
@@ -125,11 +169,43 @@ def _build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seeds", type=_parse_seeds, default=[0], help="comma list or ranges, e.g. 0,1,5-7")
     e.add_argument("--trials", type=int, default=1)
     e.add_argument("--max-turns", type=int, default=None)
-    e.add_argument("--workers", type=int, default=0, help="worker processes for the envs (0 = in-process)")
+    e.add_argument("--workers", type=int, default=0, help="env worker processes / Ray actors (0 = in-process; with "
+                                                          "--backend ray: one per CPU)")
+    e.add_argument("--backend", choices=("sequential", "process", "ray"), default=None,
+                   help="where the envs run (default: process when --workers > 0, else sequential)")
+    e.add_argument("--address", default=None, help="Ray cluster address for --backend ray (default: start a local "
+                                                   "Ray instance)")
+    e.add_argument("--pass-k", type=int, default=0, metavar="K", help="also print pass^1..K over seeds x trials")
+    m = e.add_argument_group("model policies (openai:MODEL, hf:PATH)")
+    m.add_argument("--base-url", default=None, help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
+    m.add_argument("--api-key-env", default=None, help="name of the env var holding the API key "
+                                                       "(default OPENAI_API_KEY; unset -> no auth header)")
+    m.add_argument("--temperature", type=float, default=None)
+    m.add_argument("--top-p", type=float, default=None)
+    m.add_argument("--max-tokens", type=int, default=None, help="max new tokens per response")
+    m.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    m.add_argument("--sampling-seed", type=int, default=None, help="seed sent with each request / for hf sampling")
+    m.add_argument("--system-prompt", default=None)
+    m.add_argument("--concurrency", type=int, default=None, help="concurrent requests (openai:, default 8)")
+    m.add_argument("--request-timeout", type=float, default=None, help="seconds per request attempt (default 120)")
+    m.add_argument("--max-retries", type=int, default=None, help="retries on 429/5xx/timeouts (default 4)")
+    m.add_argument("--retry-backoff", type=float, default=None, help="first retry delay in seconds, doubled per "
+                                                                     "retry (default 0.5)")
+    m.add_argument("--device", default=None, help="hf: auto | cpu | cuda | mps (default auto)")
+    m.add_argument("--dtype", default=None, choices=("auto", "float32", "float16", "bfloat16"), help="hf: weights")
+    m.add_argument("--batch-size", type=int, default=None, help="hf: prompts per generate call (default 8)")
     e.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="extra env kwarg (repeatable)")
     e.add_argument("--out", default="results.jsonl")
     e.add_argument("--format", choices=("markdown", "csv", "json"), default="markdown")
     e.add_argument("--by", default="family", help="results column to group the table by")
+    r = sub.add_parser("report", help="compare results files (and train logs) side by side; optional plot")
+    r.add_argument("results", nargs="+", metavar="RESULTS", help="results JSONL from 'agentgym eval' or a train log "
+                                                                 "JSONL; LABEL=PATH names a run")
+    r.add_argument("--by", default=None, help="comma list of columns to break success down by (default: those of "
+                                              "family, depth, category present)")
+    r.add_argument("--plot", default=None, metavar="FILE", help="write a figure (.png or .svg)")
+    r.add_argument("--max-k", type=int, default=None, help="largest k of the pass^k curves")
+    r.add_argument("--format", choices=("markdown", "json"), default="markdown")
     for name in _DELEGATED:
         sp = sub.add_parser(name, help=f"{name} tools (see 'agentgym {name} --help')", add_help=False)
         sp.add_argument("rest", nargs=argparse.REMAINDER)
@@ -154,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_list(args)
     if args.command == "eval":
         return _cmd_eval(args)
+    if args.command == "report":
+        return _cmd_report(args)
     return 2
 
 

@@ -16,7 +16,8 @@ from typing import Any, Callable, Sequence
 from ..errors import TaskError
 from ..hashing import stable_digest
 from ..rollout.policy import EnvPolicy, Policy
-from ..rollout.runner import Trajectory, collect_groups
+from ..rollout.backends import make_pool
+from ..rollout.runner import Trajectory, collect_groups, env_factory
 from .results import ResultsFile
 
 __all__ = ["EvalGrid", "run_grid"]
@@ -37,6 +38,8 @@ class EvalGrid:
     max_turns: int | None = None
     workers: int = 0
     chunk: int = 64  # episodes played together per runner call
+    backend: str | None = None  # "sequential" | "process" | "ray"; default: process when workers > 0
+    address: str | None = None  # Ray cluster address (backend "ray"); default: a local Ray instance
 
     def task_ids(self) -> list[str]:
         import agentgym
@@ -59,11 +62,28 @@ def run_grid(grid: EvalGrid, policy: Policy | EnvPolicy, out: str, *, policy_nam
     """Play every unfinished episode of ``grid``; return the latest row of every episode of the grid."""
     results = ResultsFile(out)
     done = results.done_keys()
-    todo = [e for e in grid.episodes_list() if (grid.env_id, grid.split, e[0], e[1], e[2]) not in done]
+    episodes = grid.episodes_list()
+    keys = {(grid.env_id, grid.split, t, s, k) for t, s, k in episodes}
+    todo = [e for e in episodes if (grid.env_id, grid.split, e[0], e[1], e[2]) not in done]
     logger.info("%s/%s: %d episodes to play (%d already done)", grid.env_id, grid.split, len(todo),
-                len(grid.episodes_list()) - len(todo))
-    if progress is not None and len(todo) < len(grid.episodes_list()):
-        progress(len(grid.episodes_list()) - len(todo))
+                len(episodes) - len(todo))
+    if progress is not None and len(todo) < len(episodes):
+        progress(len(episodes) - len(todo))
+    if not todo:
+        return [row for key, row in results.latest().items() if key in keys]
+    env_kwargs = {"split": grid.split, **grid.env_kwargs}
+    # One pool for the whole grid: worker processes / Ray actors start once, not once per chunk. Every reset
+    # reseeds its env, so a slot that played an earlier chunk plays the next exactly like a fresh env.
+    pool = make_pool(env_factory(grid.env_id, env_kwargs, grid.max_turns), min(grid.chunk, len(todo)),
+                     grid.workers, backend=grid.backend, address=grid.address)
+    try:
+        _play_chunks(grid, policy, todo, results, policy_name, progress, pool, env_kwargs)
+    finally:
+        pool.close()
+    return [row for key, row in results.latest().items() if key in keys]
+
+
+def _play_chunks(grid, policy, todo, results, policy_name, progress, pool, env_kwargs) -> None:
     for start in range(0, len(todo), grid.chunk):
         chunk = todo[start:start + grid.chunk]
         t0 = time.perf_counter()
@@ -82,7 +102,4 @@ def run_grid(grid: EvalGrid, policy: Policy | EnvPolicy, out: str, *, policy_nam
         # run plays each remaining episode exactly as an uninterrupted run would.
         collect_groups(grid.env_id, [e[0] for e in chunk], 1, policy, seeds=[e[1] for e in chunk],
                        policy_seeds=[(s, stable_digest(t), k) for t, s, k in chunk],
-                       env_kwargs={"split": grid.split, **grid.env_kwargs},
-                       max_turns=grid.max_turns, workers=grid.workers, on_trajectory=record)
-    keys = {(grid.env_id, grid.split, t, s, k) for t, s, k in grid.episodes_list()}
-    return [row for key, row in results.latest().items() if key in keys]
+                       env_kwargs=env_kwargs, max_turns=grid.max_turns, on_trajectory=record, pool=pool)

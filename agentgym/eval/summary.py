@@ -1,6 +1,10 @@
 """Summary tables of results rows: success rate, mean score, mean turns (mean ± standard error) per family.
 
 Errored episodes are counted in ``errors`` and left out of every mean: an environment failure is not a score.
+
+``pass_hat_k`` is τ-bench's pass^k for any env: per task, over its clean episodes (every seed x trial), the chance
+``C(c, k) / C(n, k)`` that k episodes drawn without replacement all succeed, averaged over the tasks with at least
+k clean episodes. pass^1 is the success rate; the curve falls with k as far as the agent is inconsistent.
 """
 
 from __future__ import annotations
@@ -9,9 +13,10 @@ import csv
 import io
 import json
 import math
+from math import comb
 from typing import Sequence
 
-__all__ = ["summarize", "format_table"]
+__all__ = ["summarize", "format_table", "pass_hat_k", "pass_k_curve", "format_pass_k"]
 
 
 def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
@@ -58,4 +63,33 @@ def format_table(summary: list[dict], fmt: str = "markdown", by: str = "family")
     for s in summary:
         lines.append(f"| {s[by]} | {s['episodes']} | {s['wins']} | {100 * s['success']:.1f} ± {100 * s['success_se']:.1f} "
                      f"| {s['score']:.3f} ± {s['score_se']:.3f} | {s['turns']:.2f} ± {s['turns_se']:.2f} | {s['errors']} |")
+    return "\n".join(lines)
+
+
+def pass_hat_k(rows: Sequence[dict], k: int, by: str = "task_id") -> float:
+    """pass^k over ``rows`` grouped by ``by`` (default: the task); nan when no task has k clean episodes."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    per_task: dict[str, list[bool]] = {}
+    for r in rows:
+        if r.get("error") is None:
+            per_task.setdefault(str(r[by]), []).append(bool(r["won"]))
+    vals = [comb(sum(s), k) / comb(len(s), k) for s in per_task.values() if len(s) >= k]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+def pass_k_curve(rows: Sequence[dict], max_k: int | None = None, by: str = "task_id") -> dict[int, float]:
+    """pass^k for k = 1..max_k (default: the fewest clean episodes of any task)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r.get("error") is None:
+            counts[str(r[by])] = counts.get(str(r[by]), 0) + 1
+    if max_k is None:
+        max_k = min(counts.values()) if counts else 0
+    return {k: pass_hat_k(rows, k, by) for k in range(1, max_k + 1)}
+
+
+def format_pass_k(curve: dict[int, float]) -> str:
+    lines = ["| k | pass^k (%) |", "|---:|---:|"]
+    lines += [f"| {k} | {100 * v:.1f} |" for k, v in curve.items()]
     return "\n".join(lines)

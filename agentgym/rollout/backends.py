@@ -5,9 +5,15 @@ holding either the value or an :class:`~agentgym.errors.ErrorRecord` (an excepti
 
 * :class:`LocalPool` — every env in this process (``workers=0``).
 * :class:`ProcessPool` — slots spread over ``workers`` processes (``spawn`` start method), one pipe each; a batched
-  call sends each worker its share and gathers the answers in request order. Envs are deterministic given their
-  seed and options, and privileged policies draw from per-slot generators seeded by the runner, so both pools give
-  the same results.
+  call sends each worker its share and gathers the answers in request order.
+* :class:`RayPool` — slots spread over ``workers`` Ray actors, each hosting many envs (not one actor per env:
+  verl-agent's one-actor-per-env design runs out of memory at 256+ envs). A batched call sends every actor its
+  share in one remote call and gathers the answers in request order; text policies are called by the runner once
+  per turn with the prompts from every actor. ``ray`` is imported only when this pool is built.
+
+Envs are deterministic given their seed and options, and privileged policies draw from per-slot generators seeded by
+the runner, so every pool gives the same results. Slot ``i`` lives in worker ``i % workers`` in both multi-worker
+pools.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ import numpy as np
 
 from ..errors import ErrorRecord, error_record
 
-__all__ = ["SlotResult", "EnvFactory", "LocalPool", "ProcessPool", "make_pool"]
+__all__ = ["SlotResult", "EnvFactory", "LocalPool", "ProcessPool", "RayPool", "make_pool", "BACKENDS"]
+
+BACKENDS = ("sequential", "process", "ray")
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,7 @@ class LocalPool:
     """All slots in this process."""
 
     def __init__(self, factory: Callable, n: int):
+        self.size = n
         self._slots = _Slots(factory, n)
 
     def call(self, op: str, requests: Sequence[tuple]) -> list[SlotResult]:
@@ -124,6 +133,7 @@ class ProcessPool:
 
     def __init__(self, factory: Callable, n: int, workers: int):
         ctx = mp.get_context("spawn")
+        self.size = n
         self.workers = max(1, min(workers, n))
         self._conns = []
         self._procs = []
@@ -137,10 +147,7 @@ class ProcessPool:
             self._procs.append(p)
 
     def call(self, op: str, requests: Sequence[tuple]) -> list[SlotResult]:
-        per_worker: list[list[tuple[int, tuple]]] = [[] for _ in range(self.workers)]
-        for pos, req in enumerate(requests):
-            i = req[0]
-            per_worker[i % self.workers].append((pos, (i // self.workers, *req[1:])))
+        per_worker = _split(requests, self.workers)
         sent = [False] * self.workers
         for w, items in enumerate(per_worker):
             if items:
@@ -176,5 +183,128 @@ class ProcessPool:
                 p.kill()
 
 
-def make_pool(factory: Callable, n: int, workers: int = 0):
-    return LocalPool(factory, n) if workers <= 0 else ProcessPool(factory, n, workers)
+def _split(requests: Sequence[tuple], workers: int) -> list[list[tuple[int, tuple]]]:
+    """Per worker: (position in ``requests``, request with the slot index made local to that worker)."""
+    per_worker: list[list[tuple[int, tuple]]] = [[] for _ in range(workers)]
+    for pos, req in enumerate(requests):
+        i = req[0]
+        per_worker[i % workers].append((pos, (i // workers, *req[1:])))
+    return per_worker
+
+
+class _RayEnvWorker:
+    """The body of one Ray actor: a block of env slots. (Wrapped with ``ray.remote`` when a pool is built.)"""
+
+    def __init__(self, factory: Callable, n: int, sys_path: Sequence[str]):
+        import sys
+
+        # Like multiprocessing's spawn, give the actor the driver's import path, so that an env registered by a
+        # module next to the driver ("module:EnvId") imports here too.
+        for p in reversed(list(sys_path)):
+            if p not in sys.path:
+                sys.path.insert(0, p)
+        self.slots = _Slots(factory, n)
+
+    def call(self, op: str, requests: Sequence[tuple]) -> list[SlotResult]:
+        fn = getattr(self.slots, op)
+        return [fn(*req) for req in requests]
+
+    def close(self) -> bool:
+        self.slots.close()
+        return True
+
+
+_RAY_ACTOR = None
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as e:
+        from ..errors import MissingDependencyError
+
+        raise MissingDependencyError("ray", "ray", "the Ray rollout backend") from e
+    return ray
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None):
+    """Join ``address`` (a running cluster, e.g. ``"auto"`` or ``"ray://host:10001"``) or start a local Ray instance
+    once per process; later pools reuse it. Returns the ``ray`` module."""
+    ray = _ray()
+    if not ray.is_initialized():
+        kw: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False}
+        if address:
+            kw["address"] = address
+        else:
+            kw.update(include_dashboard=False, num_cpus=num_cpus)
+        ray.init(**kw)
+    return ray
+
+
+class RayPool:
+    """Slots spread round-robin over ``workers`` Ray actors (slot i lives in actor i % workers)."""
+
+    def __init__(self, factory: Callable, n: int, workers: int, address: str | None = None,
+                 num_cpus_per_worker: float = 0.0):
+        import sys
+
+        global _RAY_ACTOR
+        ray = init_ray(address)
+        if _RAY_ACTOR is None:
+            _RAY_ACTOR = ray.remote(_RayEnvWorker)
+        self._ray = ray
+        self.size = n
+        self.workers = max(1, min(workers, n))
+        # No CPU reservation by default (like a process pool, more workers than CPUs must not wait forever for
+        # resources); SPREAD places the actors over the nodes of a cluster.
+        self._actors = [_RAY_ACTOR.options(num_cpus=num_cpus_per_worker, scheduling_strategy="SPREAD").remote(
+            factory, len(range(w, n, self.workers)), list(sys.path)) for w in range(self.workers)]
+
+    def call(self, op: str, requests: Sequence[tuple]) -> list[SlotResult]:
+        per_worker = _split(requests, self.workers)
+        refs = {w: self._actors[w].call.remote(op, [r for _, r in items])
+                for w, items in enumerate(per_worker) if items}
+        out: list[SlotResult | None] = [None] * len(requests)
+        for w, ref in refs.items():
+            items = per_worker[w]
+            try:
+                answers = self._ray.get(ref)
+            except Exception as e:  # noqa: BLE001 - a dead actor marks its episodes, it does not kill the run
+                answers = [SlotResult(error=error_record(RuntimeError(f"Ray env worker {w} failed: {e!r}"), op))
+                           for _ in items]
+            for (pos, _), ans in zip(items, answers):
+                out[pos] = ans
+        return out  # type: ignore[return-value]
+
+    def close(self) -> None:
+        try:
+            self._ray.get([a.close.remote() for a in self._actors], timeout=30)
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+        for a in self._actors:
+            try:
+                self._ray.kill(a)
+            except Exception:  # noqa: BLE001
+                pass
+        self._actors = []
+
+
+def make_pool(factory: Callable, n: int, workers: int = 0, backend: str | None = None, address: str | None = None):
+    """``backend``: ``"sequential"`` (in-process), ``"process"`` or ``"ray"``; default: process if ``workers > 0``.
+
+    ``workers`` is the number of worker processes / Ray actors (0 with the Ray backend: one per CPU of the cluster
+    or the machine)."""
+    if backend is None:
+        backend = "process" if workers > 0 else "sequential"
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: one of {', '.join(BACKENDS)}")
+    if backend == "sequential":
+        return LocalPool(factory, n)
+    if backend == "process":
+        return ProcessPool(factory, n, max(1, workers))
+    if workers <= 0:
+        import os
+
+        ray = init_ray(address)
+        workers = max(1, int(ray.cluster_resources().get("CPU", os.cpu_count() or 1)))
+    return RayPool(factory, n, workers, address=address)

@@ -9,7 +9,13 @@ Two kinds:
   policy over the env's commands). It runs next to the env (inside a worker process under the process backend),
   with its own per-episode ``numpy`` generator, never the env's ``np_random``.
 
-``load_policy("oracle" | "random" | "module:callable")`` resolves the CLI's ``--policy`` argument.
+Model-backed text policies (built by :func:`load_policy`, imported lazily):
+
+* ``openai:MODEL`` — any OpenAI-compatible chat-completions server (:mod:`.openai_policy`);
+* ``hf:PATH`` — a local ``transformers`` model (:mod:`.hf_policy`).
+
+``load_policy("oracle" | "random" | "openai:MODEL" | "hf:PATH" | "module:callable", **options)`` resolves the CLI's
+``--policy`` argument.
 """
 
 from __future__ import annotations
@@ -62,18 +68,32 @@ class RandomPolicy(EnvPolicy):
         return env.random_action(rng)
 
 
-def load_policy(spec: str) -> Policy | EnvPolicy:
-    """``"oracle"``, ``"random"``, or ``"package.module:attr"``.
+def load_policy(spec: str, **options) -> Policy | EnvPolicy:
+    """``"oracle"``, ``"random"``, ``"openai:MODEL"``, ``"hf:PATH"``, or ``"package.module:attr"``.
+
+    ``options`` configure the model-backed kinds: the fields of
+    :class:`~agentgym.rollout.openai_policy.OpenAIConfig` (``base_url``, ``api_key_env``, ``temperature``,
+    ``concurrency``...) or :class:`~agentgym.rollout.hf_policy.HFConfig` (``device``, ``dtype``, ``batch_size``...);
+    options that the chosen kind does not have, and ``None`` values, are ignored (the CLI passes every flag).
 
     ``attr`` may be a :class:`Policy` instance or function (``prompts -> responses``), an :class:`EnvPolicy`
     instance, or a class / zero-argument factory that returns one of those.
     """
+    if spec.startswith("openai:"):
+        from .openai_policy import OpenAIConfig, OpenAIPolicy
+
+        return OpenAIPolicy(OpenAIConfig(model=spec[len("openai:"):], **_options_for(OpenAIConfig, options)))
+    if spec.startswith("hf:"):
+        from .hf_policy import HFConfig, HFPolicy
+
+        return HFPolicy(HFConfig(path=spec[len("hf:"):], **_options_for(HFConfig, options)))
     if spec == "oracle":
         return OraclePolicy()
     if spec == "random":
         return RandomPolicy()
     if ":" not in spec:
-        raise PolicyError(f"unknown policy {spec!r}: use 'oracle', 'random' or 'module:callable'")
+        raise PolicyError(f"unknown policy {spec!r}: use 'oracle', 'random', 'openai:MODEL', 'hf:PATH' or "
+                          "'module:callable'")
     mod_name, _, attr = spec.partition(":")
     try:
         obj = getattr(importlib.import_module(mod_name), attr)
@@ -84,6 +104,13 @@ def load_policy(spec: str) -> Policy | EnvPolicy:
     if isinstance(obj, EnvPolicy) or callable(obj):
         return obj
     raise PolicyError(f"policy {spec!r} is neither callable nor an EnvPolicy")
+
+
+def _options_for(config_cls, options: dict) -> dict:
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    return {k: v for k, v in options.items() if k in names and v is not None}
 
 
 def _required_params(fn) -> int:

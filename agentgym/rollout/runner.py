@@ -23,7 +23,7 @@ from ..errors import ErrorRecord, PolicyError, error_record
 from .backends import EnvFactory, make_pool
 from .policy import EnvPolicy, Policy
 
-__all__ = ["TurnRecord", "Trajectory", "RolloutResult", "collect_groups", "to_trajectory_batch"]
+__all__ = ["TurnRecord", "Trajectory", "RolloutResult", "collect_groups", "to_trajectory_batch", "env_factory"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class TurnRecord:
     terminated: bool
     truncated: bool
     info: dict
+    usage: dict | None = None  # the policy request's record (tokens, latency, attempts) when the policy gives one
 
 
 @dataclass
@@ -81,11 +82,19 @@ class Trajectory:
     def summary(self) -> dict:
         """A JSON-serialisable row for results files."""
         last = self.turns[-1].info if self.turns else {}
+        extra = {}
+        requests = [dict(t.usage, turn=t.turn_idx) for t in self.turns if t.usage is not None]
+        if requests:
+            # Per-request token usage and latency of model-backed policies, and their totals.
+            extra = {"requests": requests,
+                     "prompt_tokens": sum(r.get("prompt_tokens") or 0 for r in requests),
+                     "completion_tokens": sum(r.get("completion_tokens") or 0 for r in requests),
+                     "policy_latency_s": round(sum(r.get("latency_s") or 0.0 for r in requests), 6)}
         return {"task_id": self.task_id, "seed": self.seed, "member": self.member, "won": self.won,
                 "score": self.score, "turns": len(self.turns), "total_reward": self.total_reward,
                 "truncated": self.truncated, "progress": last.get("progress"),
                 "invalid_actions": sum(not t.info.get("action_valid", True) for t in self.turns),
-                **self.meta, "error": self.error.to_dict() if self.error else None}
+                **self.meta, **extra, "error": self.error.to_dict() if self.error else None}
 
 
 @dataclass
@@ -96,6 +105,14 @@ class RolloutResult:
     @property
     def errors(self) -> list[Trajectory]:
         return [t for t in self.trajectories if t.error is not None]
+
+
+def env_factory(env_id: str, env_kwargs: dict | None = None, max_turns: int | None = None) -> EnvFactory:
+    """The env recipe :func:`collect_groups` builds its pool from (for callers that keep one pool open)."""
+    kwargs = dict(env_kwargs or {})
+    if max_turns is not None:
+        kwargs["max_turns"] = int(max_turns)
+    return EnvFactory(env_id, tuple(sorted(kwargs.items())))
 
 
 def _task_options(task: Any) -> dict | None:
@@ -110,7 +127,8 @@ def collect_groups(env_id: str, tasks: Sequence[Any], group_size: int, policy: P
                    seed: int = 0, env_kwargs: dict | None = None, max_turns: int | None = None,
                    workers: int = 0, on_trajectory: Callable[[Trajectory], None] | None = None,
                    seeds: Sequence[int] | None = None,
-                   policy_seeds: Sequence[Sequence[int]] | None = None) -> RolloutResult:
+                   policy_seeds: Sequence[Sequence[int]] | None = None, backend: str | None = None,
+                   address: str | None = None, pool=None) -> RolloutResult:
     """Play ``len(tasks)`` groups of ``group_size`` episodes.
 
     Args:
@@ -121,16 +139,18 @@ def collect_groups(env_id: str, tasks: Sequence[Any], group_size: int, policy: P
         policy: a batched :class:`Policy` or an :class:`EnvPolicy`.
         seed: group ``g`` resets with seed ``seed + g`` unless ``seeds`` gives one per group.
         env_kwargs: passed to ``agentgym.make``; ``max_turns`` (if given) is added to them.
-        workers: 0 = in-process; N = N worker processes (same results).
+        workers: 0 = in-process; N = N worker processes (same results), or N Ray actors with ``backend="ray"``.
+        backend: ``"sequential"`` | ``"process"`` | ``"ray"``; default: process when ``workers > 0``, else
+            sequential. Every backend gives the same results (see :mod:`.backends`).
+        address: the Ray cluster to join (``ray.init(address=...)``); default: a local one.
+        pool: an open pool (from :func:`make_pool`, built with :func:`env_factory`) with at least
+            ``len(tasks) * group_size`` slots, reused and left open (``backend``/``workers`` are then ignored).
         on_trajectory: called with each trajectory as soon as it finishes (for append-as-you-go results files).
         policy_seeds: per group, the integers that seed the privileged policy's generator (member index appended);
             default ``(group seed, group index)``.
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
-    kwargs = dict(env_kwargs or {})
-    if max_turns is not None:
-        kwargs["max_turns"] = int(max_turns)
     group_seeds = list(seeds) if seeds is not None else [seed + g for g in range(len(tasks))]
     if len(group_seeds) != len(tasks):
         raise ValueError(f"seeds has {len(group_seeds)} entries for {len(tasks)} tasks")
@@ -140,11 +160,17 @@ def collect_groups(env_id: str, tasks: Sequence[Any], group_size: int, policy: P
         [(int(group_seeds[g]), g) for g in range(len(tasks))]
     if len(pseeds) != len(tasks):
         raise ValueError(f"policy_seeds has {len(pseeds)} entries for {len(tasks)} tasks")
-    pool = make_pool(EnvFactory(env_id, tuple(sorted(kwargs.items()))), len(trajs), workers)
-    try:
+    if pool is not None:
+        if pool.size < len(trajs):
+            raise ValueError(f"the pool has {pool.size} slots for {len(trajs)} episodes")
         _play(pool, trajs, policy, on_trajectory, pseeds)
-    finally:
-        pool.close()
+    else:
+        own = make_pool(env_factory(env_id, env_kwargs, max_turns), len(trajs), workers, backend=backend,
+                        address=address)
+        try:
+            _play(own, trajs, policy, on_trajectory, pseeds)
+        finally:
+            own.close()
     clean = [t for t in trajs if t.error is None and t.turns]
     return RolloutResult(trajectories=trajs, batch=to_trajectory_batch(clean) if clean else None)
 
@@ -183,7 +209,8 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds) -> None:
             if t.error is not None:
                 _finish(t, on_trajectory)
         active = [t for t in active if t.error is None]
-        steps = pool.call("step", [(t.traj_id, responses[t.traj_id]) for t in active])
+        # Plain str over the wire: a PolicyResponse's usage stays here, in the turn record.
+        steps = pool.call("step", [(t.traj_id, str(responses[t.traj_id])) for t in active])
         still = []
         for t, res in zip(active, steps):
             if res.error is not None:
@@ -193,8 +220,9 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds) -> None:
             obs, reward, terminated, truncated, info, next_prompt = res.value
             t.turns.append(TurnRecord(turn_idx=len(t.turns), prompt=prompts[t.traj_id],
                                       obs_hash=int(last_info[t.traj_id]["obs_hash"]),
-                                      response=responses[t.traj_id], observation=obs, reward=reward,
-                                      terminated=terminated, truncated=truncated, info=info))
+                                      response=str(responses[t.traj_id]), observation=obs, reward=reward,
+                                      terminated=terminated, truncated=truncated, info=info,
+                                      usage=getattr(responses[t.traj_id], "usage", None)))
             if terminated or truncated:
                 _finish(t, on_trajectory)
             else:
@@ -204,10 +232,13 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds) -> None:
 
 
 def _call_text_policy(policy: Policy, active: list[Trajectory], prompts: dict[int, str]) -> dict[int, str]:
+    """One batched policy call. A policy may put an exception *instance* in an item's slot (a request that failed
+    for good): that episode alone gets a typed error. Anything else that is not one str per prompt fails the batch."""
     batch = [prompts[t.traj_id] for t in active]
     try:
         out = policy(batch)
-        if not isinstance(out, (list, tuple)) or len(out) != len(batch) or not all(isinstance(r, str) for r in out):
+        if not isinstance(out, (list, tuple)) or len(out) != len(batch) or \
+                not all(isinstance(r, (str, BaseException)) for r in out):
             raise PolicyError(f"the policy must return one str per prompt ({len(batch)}), got "
                               f"{type(out).__name__} of length {len(out) if hasattr(out, '__len__') else '?'}")
     except BaseException as e:  # noqa: BLE001 - a failing policy marks the episodes, it does not kill the run
@@ -215,7 +246,13 @@ def _call_text_policy(policy: Policy, active: list[Trajectory], prompts: dict[in
         for t in active:
             t.error = rec
         return {}
-    return {t.traj_id: r for t, r in zip(active, out)}
+    responses = {}
+    for t, r in zip(active, out):
+        if isinstance(r, BaseException):
+            t.error = error_record(r, "policy")
+        else:
+            responses[t.traj_id] = r
+    return responses
 
 
 def to_trajectory_batch(trajs: Sequence[Trajectory]):

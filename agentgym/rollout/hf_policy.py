@@ -1,0 +1,162 @@
+"""``hf:PATH``: a batched text policy running a local Hugging Face ``transformers`` causal LM.
+
+``PATH`` is a model directory (or a hub id already in the local cache: nothing is downloaded unless
+``local_files_only=False``). Prompts are rendered with the tokenizer's chat template when it has one (``[system?,
+user=prompt]``, generation prompt added), else used as plain text; they are generated in batches of ``batch_size``
+with left padding. ``device="auto"`` picks CUDA, then Apple MPS, then CPU; ``dtype="auto"`` is bfloat16 on CUDA
+(float16 if the GPU lacks bf16) and float32 elsewhere.
+
+Decoding is greedy unless ``temperature > 0``. Sampling is reproducible: with ``seed`` set, batch ``b`` of call ``c``
+draws under ``torch.random.fork_rng`` seeded with ``(seed, c, b)``, so the process-global torch generator is left
+untouched. ``transformers`` and ``torch`` are imported when the policy is built, never by ``import agentgym``.
+Every answer is a :class:`~agentgym.rollout.openai_policy.PolicyResponse` with its token counts and latency.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..errors import MissingDependencyError, PolicyError
+from .openai_policy import PolicyResponse
+
+__all__ = ["HFConfig", "HFPolicy", "pick_device"]
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+@dataclass
+class HFConfig:
+    path: str
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    dtype: str = "auto"  # auto | float32 | float16 | bfloat16
+    batch_size: int = 8
+    max_new_tokens: int = 256
+    temperature: float = 0.0  # 0: greedy
+    top_p: float | None = None
+    seed: int | None = None
+    system_prompt: str | None = None
+    chat_template: bool = True  # use the tokenizer's chat template when it has one
+    local_files_only: bool = True
+    trust_remote_code: bool = False
+
+    def __post_init__(self):
+        if not self.path:
+            raise PolicyError("hf: policy needs a model path, e.g. hf:/models/Qwen2.5-0.5B-Instruct")
+        if self.dtype not in _DTYPES:
+            raise PolicyError(f"dtype must be one of {', '.join(_DTYPES)}, got {self.dtype!r}")
+        if self.batch_size < 1 or self.max_new_tokens < 1:
+            raise PolicyError("batch_size and max_new_tokens must be >= 1")
+
+
+def pick_device(torch, requested: str = "auto") -> str:
+    if requested != "auto":
+        return requested
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+class HFPolicy:
+    """Batched local generation; see the module docstring."""
+
+    def __init__(self, config: HFConfig):
+        try:
+            import torch
+            import transformers
+        except ImportError as e:
+            raise MissingDependencyError("transformers", "hf", "hf: policies (local models)") from e
+        self.config, self._torch = config, torch
+        self.device = pick_device(torch, config.device)
+        if config.dtype == "auto":
+            if self.device.startswith("cuda"):
+                dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            else:
+                dtype = torch.float32
+        else:
+            dtype = getattr(torch, config.dtype)
+        self.dtype = dtype
+        kw = dict(local_files_only=config.local_files_only, trust_remote_code=config.trust_remote_code)
+        try:
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(config.path, **kw)
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(config.path, dtype=dtype, **kw)
+        except (OSError, ValueError) as e:
+            raise PolicyError(f"cannot load hf:{config.path}: {e}") from e
+        self.model.to(self.device).eval()
+        tok = self.tokenizer
+        tok.padding_side = "left"  # decoder-only batched generation pads on the left
+        if tok.pad_token_id is None:
+            if tok.eos_token_id is None:
+                raise PolicyError(f"hf:{config.path}: the tokenizer has neither a pad nor an eos token")
+            tok.pad_token = tok.eos_token
+        self.use_chat = bool(config.chat_template and getattr(tok, "chat_template", None))
+        self.name = f"hf:{config.path}"
+        self._calls = 0
+
+    def __repr__(self) -> str:
+        return f"HFPolicy(path={self.config.path!r}, device={self.device!r}, dtype={self.dtype})"
+
+    def render(self, prompt: str) -> str:
+        if not self.use_chat:
+            return prompt
+        msgs = ([{"role": "system", "content": self.config.system_prompt}] if self.config.system_prompt else []) + \
+            [{"role": "user", "content": prompt}]
+        return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+
+    def __call__(self, prompts: Sequence[str]) -> list[PolicyResponse]:
+        call = self._calls
+        self._calls += 1
+        out: list[PolicyResponse] = []
+        bs = self.config.batch_size
+        for b, start in enumerate(range(0, len(prompts), bs)):
+            out.extend(self._generate(list(prompts[start:start + bs]), call, b))
+        return out
+
+    def _generate(self, prompts: list[str], call: int, batch: int) -> list[PolicyResponse]:
+        torch, c = self._torch, self.config
+        texts = [self.render(p) for p in prompts]
+        # A chat template already holds the special tokens (BOS...); don't add them twice.
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not self.use_chat)
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        gen_kw = dict(max_new_tokens=c.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id)
+        if c.temperature and c.temperature > 0:
+            gen_kw.update(do_sample=True, temperature=c.temperature)
+            if c.top_p is not None:
+                gen_kw["top_p"] = c.top_p
+        else:
+            gen_kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            if gen_kw["do_sample"] and c.seed is not None:
+                devices = [self.device] if self.device.startswith("cuda") else []
+                with torch.random.fork_rng(devices=devices):
+                    torch.manual_seed(hash((c.seed, call, batch)) & 0x7FFF_FFFF)
+                    ids = self.model.generate(**enc, **gen_kw)
+            else:
+                ids = self.model.generate(**enc, **gen_kw)
+        latency = time.perf_counter() - t0
+        width = enc["input_ids"].shape[1]
+        new = ids[:, width:]
+        eos = self.tokenizer.eos_token_id
+        outs = []
+        for row, mask in zip(new, enc["attention_mask"]):
+            tokens = row.tolist()
+            n_gen = len(tokens)
+            finish = "length"
+            for j, t in enumerate(tokens):
+                if t == eos or (t == self.tokenizer.pad_token_id and eos is None):
+                    n_gen, finish = j + 1, "stop"
+                    break
+            text = self.tokenizer.decode(tokens[:n_gen], skip_special_tokens=True)
+            outs.append(PolicyResponse(text, {
+                "prompt_tokens": int(mask.sum()), "completion_tokens": n_gen,
+                "latency_s": round(latency, 6), "batch_size": len(prompts), "attempts": 1,
+                "finish_reason": finish}))
+        return outs

@@ -1,0 +1,248 @@
+"""``openai:MODEL``: a batched text policy backed by any OpenAI-compatible chat-completions server (vLLM, SGLang,
+TGI, llama.cpp, the OpenAI API).
+
+Each prompt the env renders (its Appendix J prompt contract: task, observation, history, action formats) becomes one
+chat request ``[system?, user=prompt]`` to ``POST {base_url}/chat/completions``. Requests of one batch run
+concurrently on ``concurrency`` threads; answers come back in prompt order.
+
+Failures: 429, 5xx, timeouts and dropped connections are retried up to ``max_retries`` times with exponential
+backoff (``Retry-After`` honoured, capped at ``backoff_max``). Other HTTP errors (400, 401, 404...) and unreadable
+answers are not retried. A prompt whose request still fails comes back as a :class:`PolicyRequestError` *instance*
+in its slot of the returned list; the runner turns it into a typed ``policy_error`` on that episode alone (never an
+empty action, never a failure of the whole batch).
+
+Every answer is a :class:`PolicyResponse` (a ``str``) carrying a ``usage`` dict: prompt/completion tokens as the
+server reported them, latency, attempts, finish reason. The runner copies it into the turn record and the results
+row (``requests``). Only the standard library is used (``urllib``), so this needs no extra.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from http.client import HTTPException
+from typing import Any, Sequence
+
+from ..errors import PolicyError
+
+__all__ = ["OpenAIConfig", "OpenAIPolicy", "PolicyResponse", "PolicyRequestError", "RETRYABLE_STATUS"]
+
+logger = logging.getLogger(__name__)
+
+#: HTTP statuses that are retried (rate limit, server errors, gateway timeouts).
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+class PolicyResponse(str):
+    """A model response (the text) with the request's ``usage`` record attached."""
+
+    usage: dict
+
+    def __new__(cls, text: str, usage: dict | None = None):
+        obj = super().__new__(cls, text)
+        obj.usage = dict(usage or {})
+        return obj
+
+    def __reduce__(self):  # keep the usage across pickling (process / Ray backends)
+        return (PolicyResponse, (str(self), self.usage))
+
+
+class PolicyRequestError(PolicyError):
+    """A policy request that failed for good (after its retries, or at once for a non-retryable error)."""
+
+    def __init__(self, message: str, *, status: int | None = None, attempts: int = 1, latency_s: float = 0.0):
+        super().__init__(message)
+        self.status, self.attempts, self.latency_s = status, attempts, latency_s
+
+    def __reduce__(self):
+        return (_rebuild_request_error, (str(self), self.status, self.attempts, self.latency_s))
+
+
+def _rebuild_request_error(message, status, attempts, latency_s):
+    return PolicyRequestError(message, status=status, attempts=attempts, latency_s=latency_s)
+
+
+@dataclass
+class OpenAIConfig:
+    """Where and how to call the server. ``None`` sampling fields are left out of the request (server default)."""
+
+    model: str
+    base_url: str = "https://api.openai.com/v1"
+    api_key_env: str = "OPENAI_API_KEY"  # the *name* of the env var holding the key; unset -> no auth header
+    system_prompt: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    stop: Sequence[str] | None = None
+    seed: int | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"top_k": 20} for vLLM
+    concurrency: int = 8
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+
+    def __post_init__(self):
+        if not self.model:
+            raise PolicyError("openai: policy needs a model name, e.g. openai:Qwen/Qwen2.5-7B-Instruct")
+        if self.concurrency < 1:
+            raise PolicyError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.max_retries < 0:
+            raise PolicyError(f"max_retries must be >= 0, got {self.max_retries}")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise PolicyError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+
+
+class _Retryable(Exception):
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.status, self.retry_after = status, retry_after
+
+
+class OpenAIPolicy:
+    """Batched chat-completions policy; see the module docstring."""
+
+    def __init__(self, config: OpenAIConfig):
+        self.config = config
+        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self.name = f"openai:{config.model}"
+
+    def __repr__(self) -> str:
+        return f"OpenAIPolicy(model={self.config.model!r}, base_url={self.config.base_url!r})"
+
+    # -- the Policy protocol ---------------------------------------------------------------------------------
+    def __call__(self, prompts: Sequence[str]) -> list:
+        if not prompts:
+            return []
+        if len(prompts) == 1 or self.config.concurrency == 1:
+            return [self._complete(p) for p in prompts]
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="openai-policy")
+        return list(self._pool.map(self._complete, prompts))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    # -- one prompt ------------------------------------------------------------------------------------------
+    def messages(self, prompt: str) -> list[dict]:
+        sys_msg = [{"role": "system", "content": self.config.system_prompt}] if self.config.system_prompt else []
+        return sys_msg + [{"role": "user", "content": prompt}]
+
+    def request_body(self, prompt: str) -> dict:
+        c = self.config
+        body: dict[str, Any] = {"model": c.model, "messages": self.messages(prompt)}
+        for key in ("temperature", "top_p", "max_tokens", "seed"):
+            if getattr(c, key) is not None:
+                body[key] = getattr(c, key)
+        if c.stop:
+            body["stop"] = list(c.stop)
+        body.update(c.extra_body)
+        return body
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        key = os.environ.get(self.config.api_key_env) if self.config.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def _complete(self, prompt: str):
+        """One prompt -> a :class:`PolicyResponse`, or a :class:`PolicyRequestError` instance (never raised)."""
+        c = self.config
+        data = json.dumps(self.request_body(prompt)).encode("utf-8")
+        t_start = time.perf_counter()
+        last: _Retryable | None = None
+        for attempt in range(1, c.max_retries + 2):
+            t0 = time.perf_counter()
+            try:
+                payload = self._post(data)
+                return self._parse(payload, latency=time.perf_counter() - t0, attempts=attempt,
+                                   total=time.perf_counter() - t_start)
+            except _Retryable as e:
+                last = e
+                if attempt > c.max_retries:
+                    break
+                delay = min(c.backoff_max_s, c.backoff_s * 2 ** (attempt - 1))
+                # Jitter keeps concurrent retries from hitting a rate limit in lockstep.
+                delay *= 0.5 + random.random() / 2
+                if e.retry_after is not None:
+                    delay = min(c.backoff_max_s, max(delay, e.retry_after))
+                logger.info("openai policy: %s; retry %d/%d in %.2fs", e, attempt, c.max_retries, delay)
+                time.sleep(delay)
+            except PolicyRequestError as e:
+                e.attempts, e.latency_s = attempt, time.perf_counter() - t_start
+                return e
+        assert last is not None
+        return PolicyRequestError(f"{self.url}: {last} (gave up after {c.max_retries + 1} attempts)",
+                                  status=last.status, attempts=c.max_retries + 1,
+                                  latency_s=time.perf_counter() - t_start)
+
+    def _post(self, data: bytes) -> dict:
+        req = urllib.request.Request(self.url, data=data, headers=self._headers(), method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.config.timeout_s) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            detail = _error_detail(e)
+            if e.code in RETRYABLE_STATUS:
+                raise _Retryable(f"HTTP {e.code}{detail}", e.code, _retry_after(e.headers)) from None
+            raise PolicyRequestError(f"{self.url}: HTTP {e.code}{detail} (not retried)", status=e.code) from None
+        except (TimeoutError, socket.timeout) as e:
+            raise _Retryable(f"timed out after {self.config.timeout_s}s ({e})") from None
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, (TimeoutError, socket.timeout)):
+                raise _Retryable(f"timed out after {self.config.timeout_s}s") from None
+            raise _Retryable(f"connection failed: {e.reason}") from None
+        except (ConnectionError, HTTPException, OSError) as e:
+            raise _Retryable(f"connection failed: {type(e).__name__}: {e}") from None
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise PolicyRequestError(f"{self.url}: unreadable JSON answer ({e}): {raw[:200]!r}") from None
+
+    def _parse(self, payload: dict, *, latency: float, attempts: int, total: float) -> PolicyResponse:
+        try:
+            choice = payload["choices"][0]
+            content = choice["message"].get("content")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise PolicyRequestError(f"{self.url}: answer has no choices[0].message: {str(payload)[:200]}") from None
+        if content is None:
+            content = ""  # the model said nothing (e.g. only a refusal / tool call): the env flags the empty action
+        if not isinstance(content, str):
+            raise PolicyRequestError(f"{self.url}: message content is {type(content).__name__}, not a string")
+        usage = payload.get("usage") or {}
+        return PolicyResponse(content, {
+            "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
+            "latency_s": round(latency, 6), "total_s": round(total, 6), "attempts": attempts,
+            "finish_reason": choice.get("finish_reason"),
+        })
+
+
+def _retry_after(headers) -> float | None:
+    try:
+        v = headers.get("Retry-After") if headers is not None else None
+        return float(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _error_detail(e: urllib.error.HTTPError) -> str:
+    try:
+        body = e.read()[:300].decode("utf-8", "replace").strip()
+    except Exception:  # noqa: BLE001 - the detail is only for the message
+        body = ""
+    return f": {body}" if body else ""

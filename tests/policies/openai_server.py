@@ -1,0 +1,94 @@
+"""A minimal OpenAI-compatible chat-completions server for tests, on 127.0.0.1 (an ephemeral port).
+
+Replies are scripted: ``replies`` maps a user prompt to the assistant text (``default`` otherwise). Failures are
+injected per prompt and attempt: ``faults(prompt, attempt)`` returns ``None`` (answer normally), an HTTP status
+(e.g. 429, 500, 400), ``"sleep"`` (stall past the client's timeout, then answer) or ``"garbage"`` (a non-JSON 200).
+The server answers at most ``max_requests`` requests (then 503 for ever), so no client loop can run unbounded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+
+class ScriptedServer:
+    def __init__(self, replies: dict[str, str] | None = None, default: str = "<action>inventory</action>",
+                 faults: Callable[[str, int], object] | None = None, sleep_s: float = 1.0, max_requests: int = 5000):
+        self.replies = dict(replies or {})
+        self.default = default
+        self.faults = faults or (lambda prompt, attempt: None)
+        self.sleep_s = sleep_s
+        self.max_requests = max_requests
+        self.attempts: dict[str, int] = {}
+        self.log: list[dict] = []  # one entry per request: prompt, attempt, outcome, headers, body
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):  # keep test output clean
+                pass
+
+            def _send(self, status: int, payload: bytes, headers: dict | None = None):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                try:
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(n))
+                if self.path != "/v1/chat/completions":
+                    return self._send(404, b'{"error": "not found"}')
+                prompt = body["messages"][-1]["content"]
+                with server.lock:
+                    attempt = server.attempts.get(prompt, 0)
+                    server.attempts[prompt] = attempt + 1
+                    over = len(server.log) >= server.max_requests
+                    fault = "over" if over else server.faults(prompt, attempt)
+                    server.log.append({"prompt": prompt, "attempt": attempt, "outcome": fault,
+                                       "auth": self.headers.get("Authorization"), "body": body})
+                if fault == "over":
+                    return self._send(503, b'{"error": "request budget exhausted"}')
+                if isinstance(fault, int):
+                    return self._send(fault, json.dumps({"error": {"message": f"injected {fault}"}}).encode(),
+                                      {"Retry-After": "0"} if fault == 429 else None)
+                if fault == "garbage":
+                    return self._send(200, b"<html>not json")
+                if fault == "sleep":
+                    time.sleep(server.sleep_s)
+                text = server.replies.get(prompt, server.default)
+                payload = {"id": "chatcmpl-test", "object": "chat.completion", "model": body["model"],
+                           "choices": [{"index": 0, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": text}}],
+                           "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split()),
+                                     "total_tokens": len(prompt.split()) + len(text.split())}}
+                return self._send(200, json.dumps(payload).encode())
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)

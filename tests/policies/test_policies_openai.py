@@ -1,0 +1,144 @@
+"""openai:MODEL against a scripted OpenAI-compatible server started here on 127.0.0.1 (retries, typed errors, usage,
+the runner and `agentgym eval` end to end)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import agentgym  # noqa: F401 - registers the env ids
+from agentgym.eval.results import ResultsFile
+from agentgym.rollout.openai_policy import OpenAIConfig, OpenAIPolicy, PolicyRequestError, PolicyResponse
+from agentgym.rollout.policy import OraclePolicy, load_policy
+from agentgym.rollout.runner import collect_groups
+
+sys.path.insert(0, str(Path(__file__).parent))
+from openai_server import ScriptedServer  # noqa: E402
+
+FAST = dict(backoff_s=0.01, backoff_max_s=0.05, timeout_s=0.4)
+
+
+def policy(server, **kw) -> OpenAIPolicy:
+    return OpenAIPolicy(OpenAIConfig(model="test-model", base_url=server.base_url, **{**FAST, **kw}))
+
+
+def oracle_script(task_ids, split="gen-depth1", seed=0):
+    """prompt -> oracle response for the given tasks (the prompts are deterministic given seed and task)."""
+    res = collect_groups("TextCraft-v0", task_ids, 1, OraclePolicy(), seeds=[seed] * len(task_ids),
+                         env_kwargs={"split": split})
+    by_task = {t.task_id: {r.prompt: r.response for r in t.turns} for t in res.trajectories}
+    assert all(t.won for t in res.trajectories)
+    return by_task
+
+
+def test_retries_429_500_and_timeouts_then_answers():
+    script = {0: 429, 1: 500, 2: "sleep"}
+    with ScriptedServer(faults=lambda p, a: script.get(a), sleep_s=0.8) as srv:
+        pol = policy(srv, max_retries=4)
+        out = pol(["p1", "p2", "p3"])
+        pol.close()
+    assert [str(r) for r in out] == ["<action>inventory</action>"] * 3
+    for r in out:
+        assert isinstance(r, PolicyResponse) and r.usage["attempts"] == 4
+        assert r.usage["prompt_tokens"] == 1 and r.usage["completion_tokens"] == 1 and r.usage["latency_s"] >= 0
+    assert sorted((e["prompt"], e["attempt"]) for e in srv.log) == \
+        sorted((p, a) for p in ("p1", "p2", "p3") for a in range(4))
+
+
+@pytest.mark.parametrize("fault,attempts", [(503, 3), (429, 3), ("sleep", 3), (400, 1), (401, 1), ("garbage", 1)])
+def test_failure_after_bounded_retries_is_a_typed_error(fault, attempts):
+    with ScriptedServer(faults=lambda p, a: fault if p == "bad" else None, sleep_s=0.6) as srv:
+        out = policy(srv, max_retries=2)(["ok", "bad"])
+    assert str(out[0]) == "<action>inventory</action>"
+    err = out[1]
+    assert isinstance(err, PolicyRequestError) and err.kind == "policy_error" and err.attempts == attempts
+    assert sum(e["prompt"] == "bad" for e in srv.log) == attempts  # bounded: exactly max_retries + 1 at most
+    if isinstance(fault, int):
+        assert err.status == fault and str(fault) in str(err)
+
+
+def test_request_carries_prompt_contract_sampling_and_auth(monkeypatch):
+    monkeypatch.setenv("AGENTGYM_TEST_KEY", "sk-test")
+    with ScriptedServer() as srv:
+        pol = load_policy("openai:test-model", base_url=srv.base_url, api_key_env="AGENTGYM_TEST_KEY",
+                          temperature=0.7, top_p=0.9, max_tokens=64, stop=["</action>"], seed=3,
+                          system_prompt="You are an agent.", device="cpu")  # device: an hf option, ignored here
+        pol(["hello world"])
+    (entry,) = srv.log
+    assert entry["auth"] == "Bearer sk-test"
+    body = entry["body"]
+    assert body["model"] == "test-model" and body["messages"] == [
+        {"role": "system", "content": "You are an agent."}, {"role": "user", "content": "hello world"}]
+    assert (body["temperature"], body["top_p"], body["max_tokens"], body["stop"], body["seed"]) == \
+        (0.7, 0.9, 64, ["</action>"], 3)
+
+
+def test_runner_scores_real_wins_and_marks_only_the_failed_episode():
+    tasks = ["gen-d1-0", "gen-d1-1", "gen-d1-2"]
+    script = oracle_script(tasks)
+    replies = {p: r for per in script.values() for p, r in per.items()}
+    poisoned = set(script["gen-d1-1"])
+    # Every first attempt is rate limited, the poisoned task's requests always fail with 500.
+    faults = lambda p, a: 500 if p in poisoned else (429 if a == 0 else None)  # noqa: E731
+    with ScriptedServer(replies=replies, faults=faults) as srv:
+        res = collect_groups("TextCraft-v0", tasks, 1, policy(srv, max_retries=2), seeds=[0, 0, 0],
+                             env_kwargs={"split": "gen-depth1"})
+    ok = [t for t in res.trajectories if t.task_id != "gen-d1-1"]
+    (bad,) = [t for t in res.trajectories if t.task_id == "gen-d1-1"]
+    assert all(t.won and t.error is None for t in ok)
+    assert bad.error.kind == "policy_error" and bad.error.stage == "policy" and "HTTP 500" in bad.error.message
+    assert not bad.turns  # never an empty action sent to the env
+    row = ok[0].summary()
+    assert len(row["requests"]) == row["turns"] and all(r["attempts"] == 2 for r in row["requests"])
+    assert row["prompt_tokens"] == sum(r["prompt_tokens"] for r in row["requests"]) > 0
+    assert set(res.batch.task_id.tolist()) == {"gen-d1-0", "gen-d1-2"}
+
+
+def test_cli_eval_end_to_end_with_injected_failures_and_resume(tmp_path):
+    tasks = [f"gen-d1-{i}" for i in range(4)]
+    script = oracle_script(tasks)
+    replies = {p: r for per in script.values() for p, r in per.items()}
+    poisoned = set(script["gen-d1-2"])
+    state = {"poison": True}
+
+    def faults(p, a):
+        if p in poisoned and state["poison"]:
+            return 500
+        return {0: 429, 1: "sleep"}.get(a) if len(p) % 3 == 0 else (500 if a == 0 else None)
+
+    out = tmp_path / "openai.jsonl"
+    with ScriptedServer(replies=replies, faults=faults, sleep_s=0.8) as srv:
+        cmd = [sys.executable, "-m", "agentgym.cli", "eval", "TextCraft-v0", "--split", "gen-depth1", "--episodes",
+               "4", "--policy", "openai:test-model", "--base-url", srv.base_url, "--retry-backoff", "0.01",
+               "--request-timeout", "0.4", "--max-retries", "2", "--concurrency", "4", "--out", str(out),
+               "--format", "csv", "--pass-k", "1"]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        rows = {r["task_id"]: r for r in ResultsFile(out).read()}
+        assert "All,3,1,3,1.0" in res.stdout and "1 episode(s) failed (policy_error: 1)" in res.stderr
+        assert rows["gen-d1-2"]["error"]["kind"] == "policy_error" and rows["gen-d1-2"]["turns"] == 0
+        for t in ("gen-d1-0", "gen-d1-1", "gen-d1-3"):
+            assert rows[t]["won"] and rows[t]["error"] is None and rows[t]["policy"] == "openai:test-model"
+            assert all(r["attempts"] in (2, 3) and r["latency_s"] > 0 for r in rows[t]["requests"])
+        # The server recovers; the rerun plays only the failed episode.
+        state["poison"] = False
+        n_before = len(srv.log)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert "All,4,0,4,1.0" in res.stdout
+        assert {e["prompt"] for e in srv.log[n_before:]} <= poisoned
+    assert len(ResultsFile(out).read()) == 5
+    assert json.loads(out.read_text().splitlines()[-1])["task_id"] == "gen-d1-2"
+
+
+def test_config_validation():
+    from agentgym.errors import PolicyError
+
+    with pytest.raises(PolicyError, match="model"):
+        load_policy("openai:")
+    with pytest.raises(PolicyError, match="base_url"):
+        load_policy("openai:m", base_url="127.0.0.1:8000")
