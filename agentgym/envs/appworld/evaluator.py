@@ -1,7 +1,9 @@
 """Evaluate one finished episode in a fresh process. RUNS IN THE APPWORLD VENV, not in agentgym.
 
-``<appworld-python> -I evaluator.py CONFIG_JSON`` with ``{"full_data": dir, "manifest": file or null,
-"task_id": str, "output_dbs": dir, "scratch": dir}``. This process never runs agent code: it reads the task's
+``<appworld-python> -I evaluator.py``: the process imports AppWorld's evaluator, writes ``{"ready": true}``, then
+reads ONE job line ``{"full_data": dir, "manifest": file or null, "task_id": str, "output_dbs": dir, "scratch":
+dir}`` from stdin, answers it and exits (so the pool can start it ahead of need and every evaluation still runs
+in a process of its own). This process never runs agent code: it reads the task's
 pristine start databases and ground truth (``full_data``, a tree no worker can see), checks them against the build
 manifest, copies the episode's saved database *changes* (``output_dbs``, written by the worker) into its own
 scratch root after checking that every change is a plain INSERT/UPDATE/DELETE on the app's tables, and runs
@@ -72,11 +74,16 @@ def _copy_changes(src, dst):
 
 
 def main(argv):
-    cfg = json.loads(argv[1])
     chan = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    import appworld.evaluator  # noqa: F401 - the slow import, done before the job arrives
+
+    chan.write(json.dumps({"ready": True}) + "\n")
+    chan.flush()
+    line = sys.stdin.readline()
     try:
+        cfg = json.loads(line)
         task_id = cfg["task_id"]
         scratch = cfg["scratch"]
         os.makedirs(scratch, exist_ok=True)

@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +83,7 @@ class Worker:
         self._reader.start()
         self._ready = False
         self.closed = False
+        _LIVE.add(self)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -225,6 +227,8 @@ class WorkerPool:
 
 
 _POOLS: dict[WorkerSpec, WorkerPool] = {}
+#: every started worker, so that none outlives this process (envs that were never closed included)
+_LIVE: "weakref.WeakSet[Worker]" = weakref.WeakSet()
 
 
 def get_pool(spec: WorkerSpec, spares: int = 1) -> WorkerPool:
@@ -239,30 +243,83 @@ def get_pool(spec: WorkerSpec, spares: int = 1) -> WorkerPool:
 def _close_pools() -> None:
     for pool in _POOLS.values():
         pool.close()
+    for worker in list(_LIVE):
+        worker.dispose()
+
+
+class _Evaluator:
+    """One evaluator process, started ahead of need; it answers exactly one job."""
+
+    def __init__(self, python: str):
+        limits = SandboxLimits()
+        self.scratch_env = tempfile.mkdtemp(prefix="evalproc-")
+        self.proc = subprocess.Popen([python, "-I", str(EVALUATOR_SCRIPT)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.scratch_env,
+                                     env=scrubbed_env(self.scratch_env), preexec_fn=limit_setter(limits))
+        self.python = python
+        _LIVE_EVALUATORS.add(self)
+
+    def run(self, job: dict, timeout: float) -> tuple[list[str], str, int | None]:
+        try:
+            out, err = self.proc.communicate((json.dumps(job) + "\n").encode("utf-8"), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        finally:
+            shutil.rmtree(self.scratch_env, ignore_errors=True)
+        lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
+        return lines, err.decode("utf-8", "replace"), self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            logger.error("AppWorld evaluator %d did not exit after SIGKILL", self.proc.pid)
+        shutil.rmtree(self.scratch_env, ignore_errors=True)
+
+
+_SPARE_EVALUATORS: dict[str, _Evaluator] = {}
+_LIVE_EVALUATORS: "weakref.WeakSet[_Evaluator]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_evaluators() -> None:
+    for ev in list(_LIVE_EVALUATORS):
+        ev.kill()
 
 
 def run_evaluator(python: str, full_data: str, manifest: str | None, task_id: str, output_dbs: str,
                   scratch_dir: str, timeout: float = 180.0) -> dict:
-    """Evaluate in a fresh process; returns the evaluator's result dict or raises :class:`EvaluationError`."""
+    """Evaluate in a process of its own (started ahead of need); returns its result or raises
+    :class:`EvaluationError`. A spare evaluator for the next call is started before this one returns."""
     os.makedirs(scratch_dir, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="eval-", dir=scratch_dir)
-    cfg = {"full_data": full_data, "manifest": manifest, "task_id": task_id, "output_dbs": output_dbs,
+    job = {"full_data": full_data, "manifest": manifest, "task_id": task_id, "output_dbs": output_dbs,
            "scratch": scratch}
-    limits = SandboxLimits()
+    ev = _SPARE_EVALUATORS.pop(python, None)
+    if ev is None or ev.proc.poll() is not None:
+        ev = _Evaluator(python)
+    _SPARE_EVALUATORS[python] = _Evaluator(python)
     try:
-        proc = subprocess.run([python, "-I", str(EVALUATOR_SCRIPT), json.dumps(cfg)], capture_output=True,
-                              timeout=timeout, cwd=scratch, env=scrubbed_env(scratch),
-                              preexec_fn=limit_setter(limits))
+        lines, err, code = ev.run(job, timeout)
     except subprocess.TimeoutExpired as e:
         raise EvaluationError(f"AppWorld evaluation of {task_id} took over {timeout:.0f}s") from e
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    lines = [ln for ln in proc.stdout.decode("utf-8", "replace").splitlines() if ln.strip()]
-    try:
-        result = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError) as e:
-        raise EvaluationError(f"AppWorld evaluation of {task_id} gave no result (exit {proc.returncode}): "
-                              f"{proc.stderr.decode('utf-8', 'replace')[-1500:]}") from e
+    results = []
+    for ln in lines:
+        try:
+            results.append(json.loads(ln))
+        except json.JSONDecodeError:
+            continue
+    result = next((r for r in results if "ready" not in r), None)
+    if result is None:
+        raise EvaluationError(f"AppWorld evaluation of {task_id} gave no result (exit {code}): {err[-1500:]}")
     if not result.get("ok"):
         raise EvaluationError(f"AppWorld evaluation of {task_id} failed: {result.get('error')}")
     return result

@@ -110,7 +110,14 @@ def main(argv):
     # Heavy imports before the guard goes up (they read site-packages, which stays readable anyway).
     from appworld import AppWorld
     import appworld.apps  # noqa: F401
-    from appworld.apps import APP_TO_DESCRIPTION  # noqa: F401
+    from appworld.apps import get_all_apps
+    from appworld.common.utils import import_apis_module, import_models_module
+
+    # Import every app's API and model modules now, while the worker waits in the pool as a spare: building the
+    # FastAPI routes is most of a world's start-up cost, and reset then only loads the task's databases.
+    for app in get_all_apps():
+        import_models_module(app)
+        import_apis_module(app)
 
     _reply(chan, {"ready": True, "pid": os.getpid()})
     world = None
