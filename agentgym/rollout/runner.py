@@ -28,7 +28,7 @@ __all__ = ["TurnRecord", "Trajectory", "RolloutResult", "collect_groups", "to_tr
 logger = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(slots=True)  # one per turn: slots make them cheaper to build and hold
 class TurnRecord:
     """One agent turn: what it saw, what it said, what happened."""
 
@@ -210,23 +210,23 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds) -> None:
                 _finish(t, on_trajectory)
         active = [t for t in active if t.error is None]
         # Plain str over the wire: a PolicyResponse's usage stays here, in the turn record.
-        steps = pool.call("step", [(t.traj_id, str(responses[t.traj_id])) for t in active])
+        sent = [(t, responses[t.traj_id]) for t in active]
+        steps = pool.call("step", [(t.traj_id, r if type(r) is str else str(r)) for t, r in sent])
         still = []
-        for t, res in zip(active, steps):
+        for (t, resp), res in zip(sent, steps):
             if res.error is not None:
                 t.error = res.error
                 _finish(t, on_trajectory)
                 continue
+            tid = t.traj_id
             obs, reward, terminated, truncated, info, next_prompt = res.value
-            t.turns.append(TurnRecord(turn_idx=len(t.turns), prompt=prompts[t.traj_id],
-                                      obs_hash=int(last_info[t.traj_id]["obs_hash"]),
-                                      response=str(responses[t.traj_id]), observation=obs, reward=reward,
-                                      terminated=terminated, truncated=truncated, info=info,
-                                      usage=getattr(responses[t.traj_id], "usage", None)))
+            t.turns.append(TurnRecord(len(t.turns), prompts[tid], int(last_info[tid]["obs_hash"]),
+                                      resp if type(resp) is str else str(resp), obs, reward, terminated, truncated,
+                                      info, getattr(resp, "usage", None)))
             if terminated or truncated:
                 _finish(t, on_trajectory)
             else:
-                prompts[t.traj_id], last_info[t.traj_id] = next_prompt, info
+                prompts[tid], last_info[tid] = next_prompt, info
                 still.append(t)
         active = still
 
@@ -259,25 +259,42 @@ def to_trajectory_batch(trajs: Sequence[Trajectory]):
     """The turn table (spec 1.1) of finished, error-free trajectories, in rollout-major order."""
     from estimators import TrajectoryBatch
 
-    rows = [(t, r) for t in trajs for r in t.turns]
-    n = len(rows)
-    process = np.full(n, -1, dtype=np.int8)
-    for k, (_, r) in enumerate(rows):
-        ok = r.info.get("process_ok")
-        process[k] = -1 if ok is None else int(bool(ok))
-    last = {t.traj_id: len(t.turns) - 1 for t in trajs}
+    # One pass over the turns into plain lists (numpy conversion once per column at the end): this runs after every
+    # rollout, so it is kept to a few microseconds per turn.
+    group_id, task_id, traj_id, turn_idx, reward, done, truncated, success = [], [], [], [], [], [], [], []
+    obs_hash, valid, akey, parsed, process = [], [], [], [], []
+    for t in trajs:
+        n = len(t.turns)
+        if n == 0:
+            continue
+        group_id += [t.group_id] * n
+        task_id += [t.task_id] * n
+        traj_id += [t.traj_id] * n
+        success += [t.score] * n
+        done += [False] * (n - 1) + [True]
+        for r in t.turns:
+            info = r.info
+            turn_idx.append(r.turn_idx)
+            reward.append(r.reward)
+            truncated.append(r.truncated)
+            obs_hash.append(r.obs_hash)
+            valid.append(bool(info.get("action_valid", True)))
+            akey.append(int(info.get("action_key", 0)))
+            parsed.append(info.get("action") is not None)
+            ok = info.get("process_ok")
+            process.append(-1 if ok is None else int(bool(ok)))
     return TrajectoryBatch(
-        group_id=np.array([t.group_id for t, _ in rows], dtype=np.int64),
-        task_id=np.array([t.task_id for t, _ in rows], dtype=object),
-        traj_id=np.array([t.traj_id for t, _ in rows], dtype=np.int64),
-        turn_idx=np.array([r.turn_idx for _, r in rows], dtype=np.int32),
-        reward=np.array([r.reward for _, r in rows], dtype=np.float32),
-        done=np.array([r.turn_idx == last[t.traj_id] for t, r in rows], dtype=bool),
-        truncated=np.array([r.truncated for _, r in rows], dtype=bool),
-        success=np.array([t.score for t, _ in rows], dtype=np.float32),
-        obs_hash=np.array([r.obs_hash for _, r in rows], dtype=np.int64),
-        valid_action=np.array([bool(r.info.get("action_valid", True)) for _, r in rows], dtype=bool),
-        action_key=np.array([int(r.info.get("action_key", 0)) for _, r in rows], dtype=np.int64),
-        action_parsed=np.array([r.info.get("action") is not None for _, r in rows], dtype=bool),
-        process_ok=process,
+        group_id=np.array(group_id, dtype=np.int64),
+        task_id=np.array(task_id, dtype=object),
+        traj_id=np.array(traj_id, dtype=np.int64),
+        turn_idx=np.array(turn_idx, dtype=np.int32),
+        reward=np.array(reward, dtype=np.float32),
+        done=np.array(done, dtype=bool),
+        truncated=np.array(truncated, dtype=bool),
+        success=np.array(success, dtype=np.float32),
+        obs_hash=np.array(obs_hash, dtype=np.int64),
+        valid_action=np.array(valid, dtype=bool),
+        action_key=np.array(akey, dtype=np.int64),
+        action_parsed=np.array(parsed, dtype=bool),
+        process_ok=np.array(process, dtype=np.int8),
     )

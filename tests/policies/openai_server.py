@@ -30,6 +30,7 @@ class ScriptedServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # no 40 ms Nagle + delayed-ACK stall per answer
 
             def log_message(self, *a):  # keep test output clean
                 pass
