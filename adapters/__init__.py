@@ -1,0 +1,17 @@
+"""Trainer adapters: plug agentgym environments and the :mod:`estimators` into TRL (and, later, verl).
+
+Modules (each imports torch / transformers / trl lazily, so ``import adapters`` stays light):
+
+* :mod:`adapters.hooks`: model-side quantities the estimators need (hidden-state fingerprints for BiPACE's
+  ``actor_hidden`` embedder, per-turn information gain for IGPO / A2TGPO, teacher/student scores for SGCD) and
+  the fingerprint layer calibration of bipace.txt App. H;
+* :mod:`adapters.summarizers`: credit-reference summarizers for SGCD (deterministic rule-based, or any
+  OpenAI-compatible chat endpoint);
+* :mod:`adapters.episodes`: a trainer-agnostic multi-turn player (one token sequence per episode, observation
+  tokens masked, turn spans recorded) and the builder of the :class:`estimators.TrajectoryBatch` with its token
+  table;
+* :mod:`adapters.trl`: the TRL 1.16 ``GRPOTrainer`` subclass (``AgentGymGRPOTrainer``);
+* :mod:`adapters.train`: ``agentgym train``.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,146 @@
+"""A tiny randomly initialized causal LM and a word-level tokenizer built from an env's own text, for CPU smoke
+runs and tests (no downloads): ``agentgym train --model <dir>`` accepts the directory :func:`save_tiny_model`
+writes. Also :func:`oracle_warmup`, a few behaviour-cloning steps on the env's oracle responses so that a random
+model's rollouts are not all invalid (then rewards differ inside a group and advantages are non-zero).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Sequence
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TAG_TOKENS", "env_vocabulary", "build_tokenizer", "build_tiny_model", "save_tiny_model", "oracle_warmup"]
+
+TAG_TOKENS = ("<action>", "</action>", "<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>",
+              "<information>", "</information>")
+_SPECIAL = ("[PAD]", "[UNK]", "[BOS]", "[EOS]")
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def _episode_texts(env_id: str, n_tasks: int, env_kwargs: dict | None, max_steps: int = 4) -> list[str]:
+    import agentgym
+
+    env = agentgym.make(env_id, **dict(env_kwargs or {}))
+    try:
+        ids = list(env.task_ids(n_tasks))[:n_tasks]
+    except TypeError:
+        ids = list(env.task_ids())[:n_tasks]
+    texts = []
+    for k, tid in enumerate(ids):
+        env.reset(seed=k, options={"task_id": tid})
+        texts.append(env.prompt())
+        for _ in range(max_steps):
+            a = env.oracle_action()
+            texts.append(a)
+            obs, _r, term, trunc, _i = env.step(a)
+            texts.append(obs)
+            if term or trunc:
+                break
+    return texts
+
+
+def env_vocabulary(env_id: str, n_tasks: int = 8, *, env_kwargs: dict | None = None, max_words: int = 2000) -> list[str]:
+    """The most frequent words/punctuation of ``n_tasks`` oracle episodes of ``env_id`` (prompts, actions,
+    observations), most frequent first."""
+    from collections import Counter
+
+    counts: Counter = Counter()
+    for t in _episode_texts(env_id, n_tasks, env_kwargs):
+        for tag in TAG_TOKENS:
+            t = t.replace(tag, " ")
+        counts.update(_WORD.findall(t))
+    return [w for w, _ in counts.most_common(max_words)]
+
+
+def build_tokenizer(words: Sequence[str]):
+    """A ``PreTrainedTokenizerFast``: word level (``\\w+`` or one punctuation char), the ``TAG_TOKENS`` kept
+    whole, ``[PAD] [UNK] [BOS] [EOS]``, left padding."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab: dict[str, int] = {}
+    for w in (*_SPECIAL, *TAG_TOKENS, *words):
+        if w not in vocab:
+            vocab[w] = len(vocab)
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tk.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins word tokens with single spaces
+    tk.add_tokens([AddedToken(t, normalized=False, special=False) for t in TAG_TOKENS])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]", bos_token="[BOS]",
+                                  eos_token="[EOS]", padding_side="left")
+    return tok
+
+
+def build_tiny_model(tokenizer: Any, *, hidden_size: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                     seed: int = 0, max_positions: int = 4096):
+    """A randomly initialized ``Qwen2ForCausalLM`` sized for ``tokenizer`` (float32)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      tie_word_embeddings=True, max_position_embeddings=max_positions,
+                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                      bos_token_id=tokenizer.bos_token_id)
+    gen = torch.random.fork_rng()  # local seed: do not disturb the caller's global RNG
+    with gen:
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(cfg)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def save_tiny_model(out_dir: str, env_id: str = "TextCraft-v0", *, n_tasks: int = 8, env_kwargs: dict | None = None,
+                    seed: int = 0, **model_kwargs: Any) -> str:
+    """Write a tiny model + tokenizer for ``env_id`` to ``out_dir`` (``from_pretrained``-loadable)."""
+    tok = build_tokenizer(env_vocabulary(env_id, n_tasks, env_kwargs=env_kwargs))
+    model = build_tiny_model(tok, seed=seed, **model_kwargs)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return out_dir
+
+
+def oracle_warmup(model: Any, tokenizer: Any, env_id: str, *, n_tasks: int = 4, steps: int = 30, lr: float = 3e-3,
+                  env_kwargs: dict | None = None, max_prompt_tokens: int = 256, seed: int = 0) -> float:
+    """Behaviour cloning on the env's first oracle response per task (prompt -> ``oracle_action() + EOS``),
+    ``steps`` full-batch Adam steps; returns the final loss. Only the response tokens are trained on."""
+    import torch
+
+    import agentgym
+
+    env = agentgym.make(env_id, **dict(env_kwargs or {}))
+    try:
+        ids = list(env.task_ids(n_tasks))[:n_tasks]
+    except TypeError:
+        ids = list(env.task_ids())[:n_tasks]
+    pairs = []
+    for k, tid in enumerate(ids):
+        env.reset(seed=seed + k, options={"task_id": tid})
+        p = tokenizer(env.prompt(), add_special_tokens=False)["input_ids"][-max_prompt_tokens:]
+        a = tokenizer(env.oracle_action(), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        pairs.append((p, a))
+    width = max(len(p) + len(a) for p, a in pairs)
+    inp = torch.full((len(pairs), width), tokenizer.pad_token_id, dtype=torch.long)
+    att = torch.zeros_like(inp)
+    lab = torch.full_like(inp, -100)
+    for i, (p, a) in enumerate(pairs):
+        seq = p + a
+        # right padding: positions then match generation's (which derives them from the attention mask)
+        inp[i, :len(seq)] = torch.as_tensor(seq)
+        att[i, :len(seq)] = 1
+        lab[i, len(p):len(seq)] = torch.as_tensor(a)
+    was = model.training
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    loss = torch.tensor(0.0)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = model(input_ids=inp, attention_mask=att, labels=lab).loss
+        loss.backward()
+        opt.step()
+    model.train(was)
+    return float(loss.detach())

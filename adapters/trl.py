@@ -1,0 +1,358 @@
+"""TRL adapter (supported: ``trl>=1.16,<1.17``): train a policy on an agentgym env with any registered estimator.
+
+:class:`AgentGymGRPOTrainer` subclasses ``trl.GRPOTrainer`` at the seams recorded in
+../shared/docs/trainer_integration.md section 2:
+
+* its ``rollout_func`` plays the dataset rows' tasks multi-turn (:func:`adapters.episodes.play_episodes`): one
+  completion per (repeated) prompt, the G members of a group reset with the same task and seed, observation
+  tokens returned as ``env_mask`` 0 (so TRL masks them out of the loss), turn spans kept;
+* ``_generate_and_score_completions`` calls TRL, then builds the :class:`estimators.TrajectoryBatch` (turn table +
+  token table over TRL's padded completion width, plus the model-side columns the estimator needs: ``actor_hidden``
+  fingerprints for BiGPO / BiPACE, information gain for IGPO / A2TGPO, teacher/student scores for SGCD), runs
+  ``estimators.compute_advantage`` and replaces TRL's ``advantages`` with the estimator's ``token_adv`` ``[B, T]``
+  and TRL's token mask with the estimator's ``loss_mask`` (dynamic-sampling filters drop whole groups);
+* ``_compute_loss`` is overridden only where TRL's built-in losses cannot express the estimator: per-token clip
+  scales (A2TGPO / IGPO with ``clip_lambda`` > 0) and the turn-level ratio, via :func:`estimators.losses.policy_loss`.
+  Everything else (GRPO, GiGPO, BiPACE, GVPO, SGCD's weights folded into the advantage, PVPO) uses TRL's loss.
+
+The reward TRL logs is the episode return (sum of env rewards). Single process only for now (groups must not
+straddle processes; the constructor checks it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from agentgym.errors import MissingDependencyError
+
+from .episodes import EpisodeConfig, episodes_to_batch, play_episodes
+
+logger = logging.getLogger(__name__)
+
+try:  # the module is only importable with the trl extra
+    import torch
+    from trl import GRPOConfig, GRPOTrainer
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise MissingDependencyError("trl", "trl", "the TRL adapter (adapters.trl)") from e
+
+__all__ = ["AgentGymConfig", "AgentGymGRPOTrainer", "make_task_dataset", "env_return_reward", "GRPOConfig",
+           "SUPPORTED_TRL"]
+
+SUPPORTED_TRL = (">=1.16", "<1.17")
+
+_FINGERPRINT_ESTIMATORS = ("bigpo", "bipace")
+_IG_ESTIMATORS = ("a2tgpo", "igpo")
+
+
+def _check_trl_version() -> None:
+    import trl
+    from packaging.version import Version
+
+    v = Version(trl.__version__)
+    if not (Version("1.16") <= v < Version("1.17")):
+        logger.warning("adapters.trl is tested with trl %s,%s; found %s (private hooks change often)",
+                       *SUPPORTED_TRL, trl.__version__)
+
+
+@dataclass
+class AgentGymConfig:
+    """What the adapter adds to a ``GRPOConfig``.
+
+    * ``env_id`` / ``env_kwargs``: the env (``agentgym.make(env_id, **env_kwargs)``);
+    * ``estimator`` / ``estimator_config``: ``estimators.compute_advantage(estimator, batch, **estimator_config)``;
+    * ``episode``: rollout settings (:class:`adapters.episodes.EpisodeConfig`);
+    * ``fingerprint_layer``: hidden-state layer of the ``actor_hidden`` embedder (BiGPO / BiPACE with the
+      ``embedding`` embedder), negative = from the end;
+    * ``answer_open`` / ``answer_close``: the answer wrapper for information gain (p_k scores ``" {gold}
+      {answer_close}"`` after ``"{context}{answer_open}"``);
+    * ``summarizer``: SGCD credit reference (default :class:`adapters.summarizers.RuleBasedSummarizer`);
+      ``reference_template`` wraps it after the prompt for the teacher pass; ``sgcd_top_k`` is K (default: the
+      estimator's ``top_k``, 100);
+    * ``loss``: None = automatic (custom loss for A2TGPO / IGPO only), or a recipe name of
+      ``estimators.losses.RECIPES`` to force the custom loss with that recipe; ``loss_overrides`` replace its fields;
+    * ``record_advantages``: keep what each loss call used (``trainer.ag_used_advantages``: dicts of
+      ``advantages``, ``row`` (episode index in ``ag_last_episodes``), ``completion_ids``, ``completion_mask``,
+      ``tool_mask``, rows in TRL's shuffled order).
+    """
+
+    env_id: str
+    estimator: str = "grpo"
+    estimator_config: dict = field(default_factory=dict)
+    env_kwargs: dict = field(default_factory=dict)
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    fingerprint_layer: int = -1
+    answer_open: str = "<answer>"
+    answer_close: str = "</answer>"
+    summarizer: Any = None
+    reference_template: str = "\nCredit reference: {reference}\n"
+    sgcd_top_k: int | None = None
+    loss: str | None = None
+    loss_overrides: dict = field(default_factory=dict)
+    record_advantages: bool = False
+
+    def __post_init__(self) -> None:
+        from estimators import make_config
+
+        make_config(self.estimator, **self.estimator_config)  # unknown estimator / keys fail here, not mid-run
+
+
+def env_return_reward(prompts, completions, ag_return=None, **kwargs) -> list[float]:
+    """TRL reward function: the episode return computed by the rollout (one float per completion)."""
+    if ag_return is None:
+        raise ValueError("env_return_reward needs the 'ag_return' field the agentgym rollout adds")
+    return [float(r) for r in ag_return]
+
+
+def make_task_dataset(env_id: str, n_tasks: int | None = None, *, env_kwargs: dict | None = None, seed: int = 0,
+                      task_ids: Sequence[str] | None = None):
+    """A ``datasets.Dataset`` with one row per task: ``prompt`` (a readable tag; the real prompt comes from the
+    env), ``task_id`` and ``seed``. Tasks come from ``env.task_ids(n_tasks)`` unless ``task_ids`` is given."""
+    import agentgym
+    from datasets import Dataset
+
+    if task_ids is None:
+        env = agentgym.make(env_id, **dict(env_kwargs or {}))
+        try:
+            ids = list(env.task_ids(n_tasks))
+        except TypeError:
+            ids = list(env.task_ids())
+        task_ids = ids[:n_tasks] if n_tasks is not None else ids
+    rows = [{"prompt": f"{env_id}:{t}", "task_id": str(t), "seed": int(seed + k)} for k, t in enumerate(task_ids)]
+    if not rows:
+        raise ValueError(f"no tasks for {env_id}")
+    return Dataset.from_list(rows)
+
+
+class AgentGymGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` over agentgym envs with an agentgym estimator (see the module docstring).
+
+    Use like ``GRPOTrainer``: ``AgentGymGRPOTrainer(model, args=GRPOConfig(...), train_dataset=make_task_dataset(
+    ...), processing_class=tokenizer, agentgym=AgentGymConfig(...))``. ``reward_funcs`` defaults to the episode
+    return; ``rollout_func`` is set by the adapter. After each generation ``ag_last_batch`` /
+    ``ag_last_result`` hold the batch and the estimator's result; ``ag_last_episodes`` the episodes.
+    """
+
+    def __init__(self, model, args=None, *, agentgym: AgentGymConfig, train_dataset=None, processing_class=None,
+                 reward_funcs=None, **kwargs):
+        if "rollout_func" in kwargs:
+            raise ValueError("AgentGymGRPOTrainer sets rollout_func itself")
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        _check_trl_version()
+        self.ag = agentgym
+        self._ag_inputs: list[dict] | None = None
+        self._ag_envs: dict = {}
+        self._ag_traj_counter = 0
+        self._ag_group_counter = 0
+        self.ag_last_batch = None
+        self.ag_last_result = None
+        self.ag_last_episodes: list = []
+        self.ag_used_advantages: list = []
+        super().__init__(model=model, reward_funcs=reward_funcs or [env_return_reward], args=args,
+                         train_dataset=train_dataset, processing_class=processing_class,
+                         rollout_func=self._ag_rollout, **kwargs)
+        if self.accelerator.num_processes > 1:
+            raise NotImplementedError("AgentGymGRPOTrainer runs in one process for now (groups would straddle "
+                                      "processes); launch without accelerate/torchrun multi-process")
+        if self.tools:
+            raise ValueError("tools are not supported together with agentgym rollouts")
+        self._ag_custom_loss = self.ag.loss is not None or self.ag.estimator in _IG_ESTIMATORS
+
+    # ------------------------------------------------------------------------------------------ rollout
+    def _ag_rollout(self, prompts: list, trainer: Any) -> dict:
+        rows = self._ag_inputs
+        if rows is None or len(rows) != len(prompts):
+            raise RuntimeError("agentgym rollout called without its dataset rows")
+        mode = "train" if self.model.training else "eval"
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+        specs = []
+        for i, row in enumerate(rows):
+            specs.append((row.get("task_id"), int(row.get("seed", 0)), self._ag_group_counter + i // G,
+                          self._ag_traj_counter + i))
+        self._ag_group_counter += (len(rows) + G - 1) // G
+        self._ag_traj_counter += len(rows)
+        tok = self.processing_class
+        model = self.accelerator.unwrap_model(self.model)
+        episodes = play_episodes(model, tok, self.ag.env_id, specs, self.ag.episode, env_kwargs=self.ag.env_kwargs,
+                                 envs=self._ag_envs)
+        self.ag_last_episodes = episodes
+        return {
+            "prompt_ids": [e.prompt_ids for e in episodes],
+            "completion_ids": [e.completion_ids for e in episodes],
+            "logprobs": None,
+            "env_mask": [e.env_mask for e in episodes],
+            "ag_return": [e.total_reward for e in episodes],
+            "ag_success": [e.score for e in episodes],
+            "ag_turns": [len(e.turns) for e in episodes],
+        }
+
+    # ------------------------------------------------------------------------- model-side batch columns
+    def _ag_model(self):
+        return self.accelerator.unwrap_model(self.model)
+
+    def _ag_needs_fingerprints(self) -> bool:
+        if self.ag.estimator not in _FINGERPRINT_ESTIMATORS:
+            return False
+        return self.ag.estimator_config.get("embedder", "embedding") == "embedding"
+
+    def _ag_fingerprints(self, episodes) -> np.ndarray:
+        from .hooks import hidden_fingerprints
+
+        return hidden_fingerprints(self._ag_model(), [e.full_ids() for e in episodes], layer=self.ag.fingerprint_layer,
+                                   positions=[e.context_positions() for e in episodes])
+
+    def _ag_information_gain(self, episodes) -> list[np.ndarray]:
+        from .hooks import information_gain
+
+        tok = self.processing_class
+        enc = lambda s: list(tok(s, add_special_tokens=False)["input_ids"])  # noqa: E731
+        opener = enc(self.ag.answer_open)
+        contexts, answers, finals = [], [], []
+        for e in episodes:
+            if not e.golden_answers:
+                raise ValueError(f"information gain needs gold answers (info['golden_answers']); {e.env_id} task "
+                                 f"{e.task_id} has none")
+            full = e.full_ids()
+            P = len(e.prompt_ids)
+            contexts.append([e.prompt_ids + opener] + [full[:P + t.obs_end] + opener for t in e.turns])
+            answers.append([enc(" " + g + " " + self.ag.answer_close) for g in e.golden_answers])
+            n = len(e.turns)
+            finals.append([t.is_final_answer or k == n - 1 for k, t in enumerate(e.turns)])
+        return information_gain(self._ag_model(), contexts, answers, final_turns=finals)
+
+    def _ag_sgcd_columns(self, episodes, width: int) -> dict:
+        from .hooks import teacher_student_scores
+        from .summarizers import EpisodeSummary, RuleBasedSummarizer
+
+        summarizer = self.ag.summarizer or RuleBasedSummarizer()
+        tok = self.processing_class
+        teacher_prompts = []
+        for e in episodes:
+            ref = summarizer(EpisodeSummary(
+                task=e.prompt_text, responses=[t.response for t in e.turns],
+                observations=[t.observation for t in e.turns], rewards=[t.reward for t in e.turns],
+                valid=[t.valid_action for t in e.turns], won=e.won, score=e.score, golden_answers=e.golden_answers))
+            ref_ids = list(tok(self.ag.reference_template.format(reference=ref), add_special_tokens=False)["input_ids"])
+            teacher_prompts.append(e.prompt_ids + ref_ids)
+        sc = teacher_student_scores(self._ag_model(), [e.prompt_ids for e in episodes], teacher_prompts,
+                                    [e.completion_ids for e in episodes], top_k=self._ag_sgcd_k())
+        self.ag_last_scores = sc
+        cols = sc.columns()
+        out = {}
+        for name, arr in cols.items():
+            L = arr.shape[1]
+            if L < width:
+                pad = [(0, 0), (0, width - L)] + [(0, 0)] * (arr.ndim - 2)
+                arr = np.pad(arr, pad)
+            out[name] = arr[:, :width]
+        return out
+
+    def _ag_sgcd_k(self) -> int:
+        if self.ag.sgcd_top_k is not None:
+            return int(self.ag.sgcd_top_k)
+        return int(self.ag.estimator_config.get("top_k", 100))
+
+    def _ag_build_batch(self, episodes, width: int):
+        kw: dict[str, Any] = {}
+        if self._ag_needs_fingerprints():
+            kw["embedding"] = self._ag_fingerprints(episodes)
+        if self.ag.estimator in _IG_ESTIMATORS:
+            kw["info_gain"] = self._ag_information_gain(episodes)
+        if self.ag.estimator == "sgcd":
+            kw["sgcd_columns"] = self._ag_sgcd_columns(episodes, width)
+        return episodes_to_batch(episodes, width, **kw)
+
+    # --------------------------------------------------------------------------------- advantages
+    def _generate_and_score_completions(self, inputs: list[dict]) -> dict:
+        from estimators import compute_advantage
+
+        self._ag_inputs = inputs
+        try:
+            out = super()._generate_and_score_completions(inputs)
+        finally:
+            self._ag_inputs = None
+        episodes = self.ag_last_episodes
+        dev = out["completion_ids"].device
+        width = int(out["completion_ids"].size(1))
+        batch = self._ag_build_batch(episodes, width)
+        res = compute_advantage(self.ag.estimator, batch, **self.ag.estimator_config)
+        self.ag_last_batch, self.ag_last_result = batch, res
+        out["advantages"] = torch.as_tensor(res.token_adv, dtype=torch.float32, device=dev)
+        cm = out["completion_mask"]
+        out["tool_mask"] = torch.as_tensor(res.loss_mask, device=dev).to(cm.dtype)
+        out["num_items_in_batch"] = (cm * out["tool_mask"]).sum()
+        out["ag_token_turn_idx"] = torch.as_tensor(batch.token_turn_idx, dtype=torch.long, device=dev)
+        # the episode index of each row: survives TRL's shuffle and split, so a loss call knows its episodes
+        out["ag_row"] = torch.arange(len(episodes), device=dev)
+        if res.clip_scale is not None:
+            out["ag_clip_scale"] = torch.as_tensor(res.clip_scale, dtype=torch.float32, device=dev)
+        self._ag_log(episodes, res)
+        return out
+
+    def _ag_log(self, episodes, res) -> None:
+        mode = "train" if self.model.training else "eval"
+        m = self._metrics[mode]
+        for k, v in sorted(res.diagnostics.items()):
+            if np.isfinite(v):
+                m[f"agentgym/{k}"].append(float(v))
+        m["agentgym/success"].append(float(np.mean([e.score for e in episodes])) if episodes else 0.0)
+        m["agentgym/won"].append(float(np.mean([e.won for e in episodes])) if episodes else 0.0)
+        m["agentgym/turns"].append(float(np.mean([len(e.turns) for e in episodes])) if episodes else 0.0)
+        m["agentgym/invalid_action_frac"].append(
+            float(np.mean([not t.valid_action for e in episodes for t in e.turns])) if episodes else 0.0)
+        if res.loss_mask is not None and res.loss_mask.any():
+            lm = res.loss_mask
+            if res.clip_scale is not None:
+                cs = res.clip_scale[lm]
+                m["agentgym/clip_scale_mean"].append(float(cs.mean()))
+                m["agentgym/clip_scale_min"].append(float(cs.min()))
+                m["agentgym/clip_scale_max"].append(float(cs.max()))
+            if res.token_weight is not None:
+                w = res.token_weight[lm]
+                m["agentgym/credit_weight_mean"].append(float(w.mean()))
+                m["agentgym/credit_weight_max"].append(float(w.max()))
+                m["agentgym/credit_weight_frac_gt1"].append(float(np.mean(w > 1.0)))
+
+    # --------------------------------------------------------------------------------------- loss
+    def _compute_loss(self, model, inputs):
+        if self.ag.record_advantages:
+            tm = inputs.get("tool_mask")
+            self.ag_used_advantages.append({
+                "advantages": inputs["advantages"].detach().cpu().clone(),
+                "row": inputs["ag_row"].detach().cpu().clone(),
+                "completion_ids": inputs["completion_ids"].detach().cpu().clone(),
+                "completion_mask": inputs["completion_mask"].detach().cpu().clone(),
+                "tool_mask": None if tm is None else tm.detach().cpu().clone()})
+        if not self._ag_custom_loss:
+            return super()._compute_loss(model, inputs)
+        from estimators.losses import get_recipe, policy_loss
+
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        att = torch.cat([prompt_mask, completion_mask], dim=1)
+        logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, att, completion_ids.size(1))
+        old = inputs.get("old_per_token_logps")
+        old = logps.detach() if old is None else old
+        mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
+        recipe = self.ag.loss or self.ag.estimator
+        cfg = get_recipe(recipe, **{"kl_coef": float(self.beta), **self.ag.loss_overrides})
+        mode = "train" if self.model.training else "eval"
+        # TRL's "dapo"-style normalizer: the generation batch's active tokens, rescaled to one accumulation window
+        norm = inputs["num_items_in_batch"].clamp(min=1.0).float() / self.accelerator.num_processes
+        if mode == "train":
+            norm = norm * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        n_seq = None
+        if cfg.agg != "token-mean":
+            n_seq = float(mask.shape[0] * (self.current_gradient_accumulation_steps if mode == "train" else 1))
+        loss, metrics = policy_loss(
+            logps, old, inputs["advantages"], mask, cfg, clip_scale=inputs.get("ag_clip_scale"),
+            token_turn_idx=inputs.get("ag_token_turn_idx"), ref_logprob=inputs.get("ref_per_token_logps"),
+            global_token_count=float(norm) if cfg.agg == "token-mean" else None, global_seq_count=n_seq)
+        for k, v in metrics.items():
+            self._metrics[mode][f"agentgym/loss/{k}"].append(float(v))
+        return loss
