@@ -1,0 +1,313 @@
+"""ALFWorld-v0: ALFRED household tasks in text, played on the real ALFWorld/TextWorld PDDL engine.
+
+One env instance plays one game at a time (:class:`~.engine.Engine`: TextWorld's ``PddlEnv`` with alfworld's
+``AlfredDemangler``/``AlfredInfos`` wrappers, the ``alfred.pddl`` domain and ``alfred.twl2`` grammar of the game file).
+Select a game with ``reset(options={"game": path})`` (a ``game.tw-pddl`` file or its folder), ``{"task_id": ...}``,
+``{"task_index": i}``, or let ``reset(seed=...)`` draw one of the split with ``self.np_random``.
+
+Commands are ALFWorld's (``go to X``, ``open X``, ``close X``, ``take X from Y``, ``move X to Y``, ``heat/cool/clean X
+with Y``, ``use X``, ``examine X``, ``look``, ``inventory``), read from the first ``<action>...</action>``; case, extra
+spaces and a trailing period are ignored, and the older ``put X in/on Y`` is read as ``move X to Y``.
+
+* An admissible command runs in the engine: ``process_ok`` True, the engine's feedback is the observation.
+* A well-formed command that is not admissible gets the engine's own reply, ``Nothing happens.``, and changes
+  nothing (``action_admissible`` and ``process_ok`` False, ``action_valid`` True).
+* Anything else (an unknown verb) is invalid: ``action_valid`` False and the observation says so.
+
+Reward 1.0 on the step that wins (the engine's ``won``: the PDDL goal holds), then ``terminated``; 0 otherwise.
+``info`` adds ``family`` (the task type) to the contract keys; ``admissible_actions`` is the engine's list without
+``help``; ``progress`` is the fraction of the family's goal conditions that hold (e.g. heat: an object of the
+target type is hot; a hot one is in the target receptacle type), 1.0 once won.
+
+``obs_hash`` digests the current observation followed by the sorted list of the engine's *dynamic* facts: the agent's
+location, what it holds, every object's receptacle, which receptacles are open, and the clean/hot/cool/toggled/sliced
+flags. So ``Nothing happens.`` (or a repeated ``You arrive at ...``) in two different states hashes differently, while
+the same observation in the same state hashes the same. Static facts (types, affordances) and the engine's
+bookkeeping facts (``checked``, ``examined``) are left out.
+
+Splits: ``generated`` (default; see :mod:`.games`), ``train``, ``valid_seen``, ``valid_unseen`` (official files under
+``data_path`` or ``$ALFWORLD_DATA``). The oracle is alfworld's expert (:mod:`.oracle`); the random policy draws from
+the admissible commands.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...core import AgentEnv, StepInfo, StepOutcome
+from ...errors import TaskError
+from ...parsing import ParsedAction
+from .engine import Engine, EngineState, require_engine
+from .games import (GENERATED_SEED, GENERATED_SIZE, OFFICIAL_SPLITS, GameRecord, family_of_folder, generated_game,
+                    official_split_dir, scan_games)
+from .oracle import OracleState, random_admissible
+from .prompts import ALFWORLD_TEMPLATE, react_examples
+from .scenes import FAMILIES, FAMILY_SHORT
+
+__all__ = ["ALFWorldEnv", "SPLITS"]
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("generated",) + OFFICIAL_SPLITS
+_OPTION_KEYS = {"game", "task_id", "task_index"}
+_GEN_ID = re.compile(r"^gen-(?:(\d+)-)?(\d+)$")
+_DYNAMIC = frozenset({"atlocation", "holds", "holdsany", "inreceptacle", "inreceptacleobject", "opened", "isclean",
+                      "ishot", "iscool", "istoggled", "issliced", "ison"})
+# Well-formed ALFWorld commands (the grammar's templates); anything else is not a command of this env.
+_COMMAND = re.compile(r"^(?:look|inventory|help|go to .+|open .+|close .+|take .+ from .+|move .+ to .+|"
+                      r"put .+ (?:in|on|in/on|into) .+|examine .+|use .+|heat .+ with .+|cool .+ with .+|"
+                      r"clean .+ with .+|slice .+ with .+)$")
+_PUT = re.compile(r"^put (.+?) (?:in/on|in|on|into) (.+)$")
+_GAME_META: "OrderedDict[str, tuple[list[str], dict]]" = OrderedDict()
+
+
+def _game_meta(gamefile: str) -> tuple[list[str], dict]:
+    """(walkthrough, pddl_params + task_type) of a game, cached for the last few games."""
+    if gamefile in _GAME_META:
+        _GAME_META.move_to_end(gamefile)
+        return _GAME_META[gamefile]
+    try:
+        walkthrough = json.loads(Path(gamefile).read_text()).get("walkthrough") or []
+    except (OSError, ValueError):
+        walkthrough = []
+    try:
+        traj = json.loads((Path(gamefile).parent / "traj_data.json").read_text())
+        params = dict(traj.get("pddl_params") or {})
+        params["task_type"] = traj.get("task_type", "")
+    except (OSError, ValueError):
+        params = {}
+    _GAME_META[gamefile] = (list(walkthrough), params)
+    while len(_GAME_META) > 256:
+        _GAME_META.popitem(last=False)
+    return _GAME_META[gamefile]
+
+
+def _normalize(command: str) -> str:
+    cmd = " ".join(command.strip().lower().split())
+    return cmd.rstrip(".").strip()
+
+
+class ALFWorldEnv(AgentEnv):
+    """ALFWorld-v0; see the module docstring.
+
+    Args:
+        split: ``generated`` (default), ``train``, ``valid_seen`` or ``valid_unseen``.
+        data_path: the official ``json_2.1.1`` folder (or its parent, or a split folder) for official splits;
+            default ``$ALFWORLD_DATA/json_2.1.1`` and the agentgym data roots. No game there: DataNotFoundError.
+        generated_size: number of games of the ``generated`` split (ids ``gen-0`` .. ``gen-{n-1}``).
+        react_examples: 0 (default) for the plain Appendix J prompt, or 1..3 ReAct few-shot examples of the
+            task's family prepended to the prompt; ``react_style``: ``"react"`` or ``"act"``.
+        max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`
+            (ALFWorld's usual budget of 50 steps by default).
+    """
+
+    prompt_template = ALFWORLD_TEMPLATE
+
+    def __init__(self, split: str = "generated", *, data_path: str | os.PathLike | None = None,
+                 generated_size: int = GENERATED_SIZE, react_examples: int = 0, react_style: str = "react",
+                 max_turns: int = 50, invalid_action_penalty: float = 0.0, history_length: int = 2,
+                 render_mode: str | None = None):
+        super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
+                         history_length=history_length, render_mode=render_mode)
+        if split not in SPLITS:
+            raise TaskError(f"unknown ALFWorld split {split!r}; choose from {SPLITS}")
+        if not 0 <= int(react_examples) <= 3:
+            raise ValueError("react_examples must be 0..3")
+        require_engine()
+        self.split = split
+        self.react_examples = int(react_examples)
+        self.react_style = react_style
+        self.generated_size = int(generated_size)
+        self._games: tuple[GameRecord, ...] = ()
+        self._by_id: dict[str, GameRecord] = {}
+        if split in OFFICIAL_SPLITS:
+            root = official_split_dir(split, data_path)  # fails at once, saying where it looked
+            self._games = scan_games(root, split)
+            self._by_id = {g.task_id: g for g in self._games}
+        elif self.generated_size < 1:
+            raise ValueError("generated_size must be >= 1")
+        self._engine: Engine | None = None
+        self._state: EngineState | None = None
+        self._oracle = OracleState(None)
+        self._params: dict = {}
+        self._dynamic: tuple[str, ...] = ()
+        self._task_text = ""
+
+    # ---- tasks --------------------------------------------------------------------------------------------
+    def task_ids(self, n: int | None = None) -> list[str]:
+        """The split's game ids (the first ``n``); the generated split has ``generated_size`` by default."""
+        if self.split == "generated":
+            return [f"gen-{i}" for i in range(self.generated_size if n is None else int(n))]
+        ids = [g.task_id for g in self._games]
+        return ids if n is None else ids[: int(n)]
+
+    def get_task(self, task_id: str) -> GameRecord:
+        m = _GEN_ID.match(task_id)
+        if m:
+            seed = int(m.group(1)) if m.group(1) else GENERATED_SEED
+            return generated_game(int(m.group(2)), seed=seed)
+        if task_id in self._by_id:
+            return self._by_id[task_id]
+        split = task_id.split("/", 1)[0]
+        if split in OFFICIAL_SPLITS and split != self.split:
+            return ALFWorldEnv._scan_other(split, task_id)
+        if task_id.startswith("file:"):
+            return self._record_for_path(task_id[5:])
+        raise TaskError(f"no ALFWorld game {task_id!r} in split {self.split!r}")
+
+    @staticmethod
+    def _scan_other(split: str, task_id: str) -> GameRecord:
+        for g in scan_games(official_split_dir(split), split):
+            if g.task_id == task_id:
+                return g
+        raise TaskError(f"no ALFWorld game {task_id!r}")
+
+    def _record_for_path(self, path: str | os.PathLike) -> GameRecord:
+        p = Path(path).expanduser()
+        if p.is_dir():
+            p = p / "game.tw-pddl"
+        if not p.is_file():
+            raise TaskError(f"ALFWorld game file {p} does not exist")
+        family = family_of_folder(p.parent.parent.name)
+        if family is None:
+            family = _game_meta(str(p))[1].get("task_type", "")
+        if family not in FAMILIES:
+            raise TaskError(f"cannot tell the task family of {p} (folder name or traj_data.json task_type)")
+        return GameRecord(task_id=f"file:{p.resolve()}", gamefile=str(p.resolve()), family=family)
+
+    def _select_task(self, options: dict) -> GameRecord:
+        unknown = set(options) - _OPTION_KEYS
+        if unknown:
+            raise TaskError(f"unknown reset options {sorted(unknown)}; ALFWorld accepts {sorted(_OPTION_KEYS)}")
+        if "game" in options:
+            return self._record_for_path(options["game"])
+        if "task_id" in options:
+            return self.get_task(str(options["task_id"]))
+        n = self.generated_size if self.split == "generated" else len(self._games)
+        index = int(options.get("task_index", self.np_random.integers(n)))
+        if not 0 <= index < n:
+            raise TaskError(f"task_index {index} out of range for split {self.split!r} ({n} games)")
+        return generated_game(index) if self.split == "generated" else self._games[index]
+
+    def _task_id(self, task: GameRecord) -> str:
+        return task.task_id
+
+    # ---- episode ------------------------------------------------------------------------------------------
+    def _start(self, task: GameRecord) -> str:
+        if self._engine is None:
+            self._engine = Engine()
+        self._engine.load(task.gamefile)
+        self._state = self._engine.reset()
+        walkthrough, self._params = _game_meta(task.gamefile)
+        self._oracle = OracleState(walkthrough)
+        self._dynamic = self._dynamic_facts(self._state)
+        feedback = self._state.feedback
+        self._task_text = feedback.split("Your task is to:", 1)[1].strip() if "Your task is to:" in feedback else ""
+        return feedback
+
+    @staticmethod
+    def _dynamic_facts(state: EngineState) -> tuple[str, ...]:
+        return tuple(sorted(" ".join(f) for f in state.facts if f[0] in _DYNAMIC))
+
+    def _execute(self, command: str, parsed: ParsedAction) -> StepOutcome:
+        assert self._state is not None and self._engine is not None
+        cmd = _normalize(command)
+        admissible = self._state.admissible
+        m = _PUT.match(cmd)
+        if m and cmd not in admissible:  # the older grammar's wording of the same action
+            alias = f"move {m.group(1)} to {m.group(2)}"
+            cmd = alias if alias in admissible else cmd
+        if cmd not in admissible:
+            if not _COMMAND.match(cmd):
+                reason = f"{command.strip()[:80]!r} is not an ALFWorld command"
+                return StepOutcome(f"Nothing happens. (Invalid action: {reason}; choose one of the admissible "
+                                   "actions.)", valid=False, admissible=False, process_ok=False,
+                                   invalid_reason=reason)
+            # The engine's reply to an inadmissible command; its state does not change, so it is not stepped.
+            return StepOutcome("Nothing happens.", admissible=False, process_ok=False,
+                               invalid_reason=f"{cmd!r} is not admissible here")
+        before = self._dynamic
+        self._state = self._engine.step(cmd)
+        self._dynamic = self._dynamic_facts(self._state)
+        self._oracle.observe(cmd, self._dynamic != before)
+        won_now = self._state.won and not self._won
+        self._won = self._won or self._state.won
+        return StepOutcome(self._state.feedback, reward=1.0 if won_now else 0.0, terminated=self._state.won,
+                           admissible=True, process_ok=True)
+
+    # ---- contract hooks -----------------------------------------------------------------------------------
+    def admissible_actions(self) -> list[str] | None:
+        if self._state is None:
+            return None
+        return [a for a in self._state.admissible if a != "help"]
+
+    def _anchor_text(self) -> str:
+        return self.last_observation + "\n" + "\n".join(self._dynamic)
+
+    def _prompt_fields(self) -> dict[str, Any]:
+        adm = self.admissible_actions() or []
+        examples = ""
+        if self.react_examples and self.task is not None:
+            examples = react_examples(self.task.family, self.react_examples, style=self.react_style)
+        return {"task": self._task_text, "admissible_actions": "\n ".join(f"'{a}'" for a in adm),
+                "examples": examples}
+
+    def task_metadata(self) -> dict[str, Any]:
+        fam = self.task.family if self.task is not None else ""
+        return {"family": fam, "family_short": FAMILY_SHORT.get(fam, fam), "gamefile": getattr(self.task, "gamefile",
+                                                                                                 None)}
+
+    def _info(self, parsed, raw, outcome) -> StepInfo:
+        info = super()._info(parsed, raw, outcome)
+        info["family"] = self.task.family if self.task is not None else ""  # type: ignore[typeddict-unknown-key]
+        return info
+
+    def progress(self) -> float | None:
+        if self._won:
+            return 1.0
+        if self._state is None or not self._params:
+            return None
+        conds = _goal_conditions(self._state.facts, self.task.family, self._params)
+        return sum(conds) / len(conds) if conds else None
+
+    def oracle_action(self) -> str:
+        assert self._engine is not None
+        cmd = self._oracle.next_command(self._engine.replan, self._state.admissible if self._state else [])
+        return f"<action>{cmd}</action>"
+
+    def random_action(self, rng: np.random.Generator) -> str:
+        adm = self.admissible_actions() or ["look"]
+        return f"<action>{random_admissible(adm, rng)}</action>"
+
+
+def _goal_conditions(facts, family: str, params: dict) -> list[bool]:
+    """ALFRED-style goal conditions of ``family`` evaluated on the engine's facts."""
+    obj_t = str(params.get("object_target", "")).lower() + "type"
+    rec_t = str(params.get("parent_target", "")).lower() + "type"
+    tog_t = str(params.get("toggle_target", "")).lower() + "type"
+    otype = {f[1]: f[2] for f in facts if f[0] == "objecttype"}
+    rtype = {f[1]: f[2] for f in facts if f[0] == "receptacletype"}
+    targets = {o for o, t in otype.items() if t == obj_t}
+    in_parent = {f[1] for f in facts if f[0] == "inreceptacle" and f[1] in targets and rtype.get(f[2]) == rec_t}
+    if family == "pick_and_place_simple":
+        return [bool(in_parent)]
+    if family == "pick_two_obj_and_place":
+        return [len(in_parent) >= 1, len(in_parent) >= 2]
+    if family == "look_at_obj_in_light":
+        held = any(f[0] == "holds" and f[2] in targets for f in facts)
+        lamp_on = any(f[0] == "istoggled" and otype.get(f[1]) == tog_t for f in facts)
+        return [held, lamp_on]
+    flag = {"pick_clean_then_place_in_recep": "isclean", "pick_heat_then_place_in_recep": "ishot",
+            "pick_cool_then_place_in_recep": "iscool"}.get(family)
+    if flag is None:
+        return []
+    done = {f[1] for f in facts if f[0] == flag and f[1] in targets}
+    return [bool(done), bool(done & in_parent)]
