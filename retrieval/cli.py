@@ -3,7 +3,8 @@
 
 * ``build --corpus F --out DIR [--kind flat|ivf|hnsw | --bm25] [--encoder M] [--query-prefix P]
   [--passage-prefix P] [--chunk-words N --chunk-overlap M] [--batch-size B] [--device D] [--cpu]``
-* ``serve --index DIR [--host 127.0.0.1] [--port P] [--max-batch N] [--batch-wait-ms T] [--cpu]``
+* ``serve --index DIR [--host 127.0.0.1] [--port P] [--max-batch N] [--batch-wait-ms T] [--cpu]
+  [--omp-threads N]``
 * ``search --index DIR [--topk K] [--json] QUERY [QUERY ...]`` (``--index`` may also be a server URL)
 
 Exit status 0 on success, 2 on bad arguments or a retrieval error (the message goes to stderr).
@@ -58,6 +59,8 @@ def build_parser(prog: str = "agentgym retrieval") -> argparse.ArgumentParser:
     s.add_argument("--max-topk", type=int, default=100)
     s.add_argument("--max-queries", type=int, default=512, help="most queries per request")
     s.add_argument("--cpu", action="store_true", help="keep the FAISS index on CPU")
+    s.add_argument("--omp-threads", type=int, default=None,
+                   help="faiss OpenMP threads (default: all cores; 1 on cores shared with other busy processes)")
 
     q = sub.add_parser("search", help="search an index directory or a server URL")
     q.add_argument("--index", required=True, help="index directory or http://host:port")
@@ -95,7 +98,7 @@ def _serve(args, out) -> None:
     from .index import load_index
     from .server import RetrievalServer, ServerConfig
 
-    index = load_index(args.index, use_gpu=False if args.cpu else None)
+    index = load_index(args.index, use_gpu=False if args.cpu else None, omp_threads=args.omp_threads)
     cfg = ServerConfig(host=args.host, port=args.port, max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
                        max_topk=args.max_topk, max_queries=args.max_queries)
     server = RetrievalServer(index, cfg)

@@ -12,8 +12,8 @@ one recorded (:class:`~retrieval.errors.EncoderMismatchError`).
 Dense indexes use inner product (cosine with the default normalized encoders) and run on GPUs when
 ``faiss.get_num_gpus() > 0`` (Flat and IVF; FAISS has no GPU HNSW, which stays on CPU). Searches are serialized
 with a lock: concurrent BLAS calls from several threads oversubscribe the cores, so batching queries (see
-:mod:`retrieval.server`) is the way to throughput. faiss's ``distance_compute_blas_threshold`` is lowered so
-batched searches use BLAS.
+:mod:`retrieval.server`) is the way to throughput. faiss's ``distance_compute_blas_threshold`` is lowered (to 20
+queries) so batched searches use BLAS.
 
 faiss, torch and bm25s are imported lazily.
 """
@@ -65,8 +65,11 @@ class IndexParams:
         nprobe: IVF cells visited per query.
         hnsw_m / ef_construction / ef_search: HNSW graph degree and beam widths.
         use_gpu: None: GPU when faiss sees one; False: CPU; True: GPU or an error.
-        blas_threshold: faiss's ``distance_compute_blas_threshold`` while searching (faiss-cpu's default 128000
-            keeps small batches off BLAS); None leaves faiss's value.
+        blas_threshold: faiss's ``distance_compute_blas_threshold`` (batches of at least this many queries use
+            BLAS; faiss-cpu's default 128000 keeps every batch off BLAS, while single queries are faster off it);
+            None leaves faiss's value. A process-wide faiss setting.
+        omp_threads: faiss's OpenMP threads (a process-wide setting); None leaves faiss's default (all cores).
+            On a machine whose cores are shared with other busy processes, 1 avoids OpenMP spin-wait collapse.
         k1 / b: BM25 parameters (Pyserini's defaults, as Search-R1's BM25 baseline).
         stopwords: BM25 stopword list name (``"en"``) or None.
     """
@@ -77,7 +80,8 @@ class IndexParams:
     ef_construction: int = 200
     ef_search: int = 128
     use_gpu: bool | None = None
-    blas_threshold: int | None = 1
+    blas_threshold: int | None = 20
+    omp_threads: int | None = None
     k1: float = 0.9
     b: float = 0.4
     stopwords: str | None = "en"
@@ -175,6 +179,8 @@ class DenseIndex(Retriever):
         faiss = _faiss()
         if self.params.blas_threshold is not None:
             faiss.cvar.distance_compute_blas_threshold = int(self.params.blas_threshold)
+        if self.params.omp_threads is not None:
+            faiss.omp_set_num_threads(int(self.params.omp_threads))
         if self.kind == "ivf":
             idx = self.index
             if self.on_gpu:
@@ -381,13 +387,14 @@ def read_metadata(directory: str | os.PathLike) -> dict:
 
 
 def load_index(directory: str | os.PathLike, encoder: Encoder | EncoderConfig | str | None = None,
-               use_gpu: bool | None = None) -> Retriever:
+               use_gpu: bool | None = None, omp_threads: int | None = None) -> Retriever:
     """Load an index saved by :meth:`Retriever.save`.
 
     For dense indexes, ``encoder=None`` loads the encoder recorded in the metadata; a given encoder must have the
     same identity (model name, prefixes, normalization, max length) and dimension, else
     :class:`~retrieval.errors.EncoderMismatchError`. Raises :class:`~retrieval.errors.IndexFormatError` when the
-    passages do not match the recorded checksum or count.
+    passages do not match the recorded checksum or count. ``use_gpu`` / ``omp_threads`` override the saved
+    parameters.
     """
     d = Path(directory)
     meta = read_metadata(d)
@@ -398,8 +405,9 @@ def load_index(directory: str | os.PathLike, encoder: Encoder | EncoderConfig | 
         raise IndexFormatError(f"{d}: passages.jsonl ({len(corpus)} passages, {corpus.checksum}) does not match "
                                f"meta.json ({meta.get('n_passages')} passages, {meta.get('corpus_checksum')})")
     params = IndexParams.from_dict(meta.get("params", {}))
-    if use_gpu is not None:
-        params = IndexParams.from_dict(dict(params.to_dict(), use_gpu=use_gpu))
+    if use_gpu is not None or omp_threads is not None:
+        over = {k: v for k, v in (("use_gpu", use_gpu), ("omp_threads", omp_threads)) if v is not None}
+        params = IndexParams.from_dict(dict(params.to_dict(), **over))
     if meta["kind"] == "bm25":
         if encoder is not None:
             raise EncoderMismatchError(f"{d} is a BM25 index; it takes no encoder")
