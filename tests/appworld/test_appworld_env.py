@@ -241,3 +241,14 @@ def test_reset_is_reproducible_and_random_policy_runs(env):
         assert trunc and not info["won"] and info["evaluation"] is not None
     finally:
         e.close()
+
+
+def test_worker_reused_only_while_no_agent_code_ran(env):
+    env.reset(options={"task_id": "agvenmobal_1"})
+    pid = env._worker.pid
+    env.step("<code>this is not python (</code>")  # does not parse: never runs
+    obs, info = env.reset(options={"task_id": "agvenmobal_2"})
+    assert env._worker.pid == pid and "Venmo balance" in obs
+    env.step("<code>print('ran')</code>")
+    env.reset(options={"task_id": "agvenmobal_3"})
+    assert env._worker.pid != pid

@@ -163,10 +163,21 @@ class AppWorldEnv(AgentEnv):
         return WorkerSpec(python=str(self.install.python), world_data=world,
                           scratch_dir=str(self.install.scratch_dir), limits=self.limits)
 
-    def _drop_worker(self) -> None:
-        if self._worker is not None:
-            self._worker.dispose()
-            self._worker = None
+    def _drop_worker(self, reuse: bool = False) -> None:
+        """Let go of the current worker: back to the pool when ``reuse`` and no agent code ran in it, else killed."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        if reuse and not worker.tainted and worker.alive():
+            get_pool(worker.spec, spares=self.spares).release(worker)
+        else:
+            worker.dispose()
+
+    def __del__(self) -> None:
+        try:
+            self._drop_worker(reuse=True)
+        except Exception:  # noqa: BLE001 - interpreter shutdown; the pool's atexit hook cleans up
+            pass
 
     def close(self) -> None:
         self._drop_worker()
@@ -174,12 +185,15 @@ class AppWorldEnv(AgentEnv):
 
     # ---- episode ------------------------------------------------------------------------------------------
     def _start(self, task: AppWorldTask) -> str:
-        self._drop_worker()
         self._evaluation = None
         self._progress = None
-        pool = get_pool(self._spec(), spares=self.spares)
-        worker = pool.acquire()
-        self._worker = worker
+        worker = self._worker
+        if worker is None or worker.tainted or not worker.alive():
+            # A fresh process per episode once agent code has run; a worker that only ever saw unparsable cells
+            # (or none) may host the next world (AppWorld closes the old one first).
+            self._drop_worker()
+            worker = get_pool(self._spec(), spares=self.spares).acquire()
+            self._worker = worker
         try:
             reply = worker.request("reset", timeout=self.limits.start_seconds, task_id=task.task_id,
                                    experiment="agentgym")

@@ -83,6 +83,8 @@ class Worker:
         self._reader.start()
         self._ready = False
         self.closed = False
+        #: agent code has run here: the worker can never host another world
+        self.tainted = False
         _LIVE.add(self)
 
     def _read(self) -> None:
@@ -154,7 +156,11 @@ class Worker:
         except (BrokenPipeError, OSError) as e:
             self.kill()
             raise EnvCrashError(f"AppWorld worker {self.pid} is gone ({e}); stderr tail:\n{self._stderr_tail()}")
+        if op == "execute":
+            self.tainted = True  # until the worker says otherwise (a cell that does not parse never runs)
         reply = self._next(self.spec.limits.wall_seconds_per_request if timeout is None else timeout, op)
+        if op == "execute" and reply.get("ok"):
+            self.tainted = bool(reply.get("tainted", True))
         if not reply.get("ok"):
             raise EnvCrashError(f"AppWorld worker {self.pid} failed {op}: {reply.get('error')}")
         return reply
@@ -218,6 +224,16 @@ class WorkerPool:
             w = Worker(self.spec)
             w.wait_ready()
         return w
+
+    def release(self, worker: Worker) -> None:
+        """Take back a worker whose episode ended: kept for the next reset if no agent code ever ran in it,
+        otherwise disposed of."""
+        if worker.alive() and not worker.tainted and worker.spec == self.spec:
+            with self._lock:
+                if len(self._idle) < self.spares + 4:
+                    self._idle.insert(0, worker)
+                    return
+        worker.dispose()
 
     def close(self) -> None:
         with self._lock:

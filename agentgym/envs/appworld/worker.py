@@ -9,9 +9,12 @@ Protocol: after start-up it writes ``{"ready": true, "pid": ...}``; then one req
 per line on the protocol channel:
 
 * ``{"op": "reset", "task_id": ..., "experiment": ...}`` -> ``{"ok": true, "instruction", "supervisor",
-  "app_descriptions", "datetime"}``. Only once: one world per process (a second AppWorld in the same process
-  silently takes over the first one's in-memory databases).
-* ``{"op": "execute", "code": ...}`` -> ``{"ok": true, "output": str, "task_completed": bool}``.
+  "app_descriptions", "datetime"}``. One live world per process (a second AppWorld in the same process silently
+  takes over the first one's in-memory databases): a second reset first closes the current world, and is refused
+  once agent code has run here (the process may be polluted; the pool starts a fresh one instead).
+* ``{"op": "execute", "code": ...}`` -> ``{"ok": true, "output": str, "task_completed": bool, "tainted": bool}``;
+  ``tainted`` turns true for good once a cell that parses as Python was handed to AppWorld (a cell that does not
+  parse never runs).
 * ``{"op": "close"}`` -> ``{"ok": true, "output_dbs": dir}`` and the process exits.
 
 Any failure of the worker itself is ``{"ok": false, "error": str}``. The protocol goes to a private duplicate of
@@ -25,6 +28,7 @@ frame/gc introspection that could reach the hook's own state. It is a second lin
 parent applies (network namespace, rlimits, wall-clock kill), not a replacement for them.
 """
 
+import ast
 import json
 import os
 import sys
@@ -44,7 +48,7 @@ def _install_guard(workspace, read_roots):
         "sys._current_frames", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
         "os.kill", "os.killpg", "signal.pthread_kill", "sqlite3.enable_load_extension",
         "sqlite3.load_extension", "shutil.chown", "os.chmod", "os.chown", "os.symlink", "os.link", "os.chdir",
-        "os.chroot", "resource.setrlimit", "resource.prlimit", "socket.__new__",
+        "os.chroot", "resource.setrlimit", "resource.prlimit",
     })
 
     def hook(event, args, _blocked=blocked, _ws=ws, _reads=reads, _dev=device_ok, _realpath=os.path.realpath,
@@ -121,6 +125,8 @@ def main(argv):
 
     _reply(chan, {"ready": True, "pid": os.getpid()})
     world = None
+    tainted = False
+    guarded = False
     for line in sys.stdin:
         line = line.strip()
         if not line:
@@ -130,7 +136,10 @@ def main(argv):
             op = req.get("op")
             if op == "reset":
                 if world is not None:
-                    raise RuntimeError("one world per worker process: this worker already has one")
+                    if tainted:
+                        raise RuntimeError("agent code ran in this worker: it cannot host another world")
+                    world.close()
+                    world = None
                 world = AppWorld(task_id=req["task_id"], experiment_name=req.get("experiment", "agentgym"),
                                  timeout_seconds=int(config.get("timeout_seconds", 10)),
                                  max_interactions=int(config.get("max_interactions", 1000)),
@@ -142,7 +151,9 @@ def main(argv):
                 world.environment_io.clear()
                 world.num_interactions = 0
                 python_dirs = [sys.prefix, sys.base_prefix, sys.exec_prefix] + [p for p in sys.path if p]
-                _install_guard(workspace, config.get("allowed_read", []) + [config["world_data"]] + python_dirs)
+                if not guarded:
+                    _install_guard(workspace, config.get("allowed_read", []) + [config["world_data"]] + python_dirs)
+                    guarded = True
                 _reply(chan, {"ok": True, "instruction": task.instruction,
                               "supervisor": {k: task.supervisor[k] for k in
                                              ("first_name", "last_name", "email", "phone_number")},
@@ -151,8 +162,15 @@ def main(argv):
             elif op == "execute":
                 if world is None:
                     raise RuntimeError("execute before reset")
-                output = world.execute(str(req["code"]))
-                _reply(chan, {"ok": True, "output": output, "task_completed": bool(world.task_completed())})
+                code = str(req["code"])
+                try:
+                    ast.parse(code.strip())
+                    tainted = True
+                except (SyntaxError, ValueError):
+                    pass
+                output = world.execute(code)
+                _reply(chan, {"ok": True, "output": output, "task_completed": bool(world.task_completed()),
+                              "tainted": tainted})
             elif op == "close":
                 out = world.output_db_home_path_on_disk if world is not None else None
                 _reply(chan, {"ok": True, "output_dbs": os.path.abspath(out) if out else None})
