@@ -37,7 +37,7 @@ ALFWORLD_TEMPLATE = PromptTemplate(
 REACT_PREFIX = {"pick_and_place_simple": "put", "pick_clean_then_place_in_recep": "clean",
                 "pick_heat_then_place_in_recep": "heat", "pick_cool_then_place_in_recep": "cool",
                 "look_at_obj_in_light": "examine", "pick_two_obj_and_place": "puttwo"}
-_PUT_CMD = re.compile(r"^> put (.+?) in/on (.+)$", re.M)
+_PUT_CMD = re.compile(r"^>\s*put (.+?) in/on (.+)$", re.M)
 _PUT_FEEDBACK = re.compile(r"You put the (.+?) in/on the (.+?)\.")
 
 
@@ -58,7 +58,7 @@ def react_examples(family: str, k: int = 2, *, style: str = "react") -> str:
     parts = []
     for i in range(k):
         text = data[f"{style}_{REACT_PREFIX[family]}_{i}"]
-        text = _PUT_CMD.sub(r"> move \1 to \2", text)
+        text = _PUT_CMD.sub(r"> move \1 to \2", text)  # commands only; 'think:' lines keep their words
         text = _PUT_FEEDBACK.sub(r"You move the \1 to the \2.", text)
         parts.append(text.strip())
     return ("Here are examples of solving similar tasks ('>' marks an action; 'think:' lines are reasoning):\n\n"

@@ -247,7 +247,11 @@ def sample_scene(rng: np.random.Generator, family: str) -> Scene:
     if family not in FAMILIES:
         raise ValueError(f"unknown ALFWorld family {family!r}; choose from {FAMILIES}")
     room = _pick(rng, FAMILY_ROOMS[family])
-    counts = {rt: int(rng.integers(lo, hi + 1)) for rt, (lo, hi) in sorted(ROOMS[room].items())}
+    # Pick-two rooms are kept smaller: alfworld's handcoded expert (the verifier) searches receptacle by receptacle
+    # twice, and games it cannot win within 40 steps are redrawn.
+    small = family == "pick_two_obj_and_place"
+    counts = {rt: int(rng.integers(lo, (min(hi, lo + 2) if small else hi) + 1))
+              for rt, (lo, hi) in sorted(ROOMS[room].items())}
     if family == "look_at_obj_in_light" and not any(counts.get(t, 0) for t in _LAMP_HOLDERS):
         counts["SideTable"] = 1
     ids = _Ids(rng)
@@ -300,9 +304,14 @@ def sample_scene(rng: np.random.Generator, family: str) -> Scene:
             raise SceneError(f"no receptacle for {otype}")
         objects.append(Placed(otype, ids.object_id(otype), options[int(rng.integers(len(options)))]))
 
-    n_target = 2 if family == "pick_two_obj_and_place" else int(rng.integers(1, 4))
-    for _ in range(n_target):
+    if family == "pick_two_obj_and_place":
+        # Both instances start together: alfworld's handcoded expert, which verifies every game, finds a second
+        # object reliably only if it has already seen it (it does not resume its search after the first put).
         place(obj, avoid=parent)
+        objects.append(Placed(obj, ids.object_id(obj), objects[-1].receptacle))
+    else:
+        for _ in range(int(rng.integers(1, 4))):
+            place(obj, avoid=parent)
     distractor_types = sorted(placeable - {obj})
     n_distractors = int(rng.integers(6, 17))
     for _ in range(n_distractors):
