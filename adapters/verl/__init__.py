@@ -1,0 +1,16 @@
+"""verl adapter (pinned: ``verl==0.9.1``; see ../shared/docs/trainer_integration.md section 3).
+
+* :mod:`adapters.verl.bridge`: every agentgym estimator as a verl advantage estimator (``agentgym_<name>``), the
+  builder of an :class:`estimators.TrajectoryBatch` from a verl batch, and the metadata bridge: verl 0.9.1 passes
+  a custom estimator only ``token_level_rewards``, ``response_mask``, ``index`` and ``config`` (``non_tensor_batch``
+  only to ``gdpo``), so the bridge wraps ``ray_trainer.compute_advantage`` (and the v1 trainer's import of it) to
+  hand ``agentgym_*`` estimators the per-turn metadata the agent loop stored;
+* :mod:`adapters.verl.agent_loop`: ``AgentGymAgentLoop`` (registered as agent loop ``agentgym``), which plays an
+  agentgym env multi-turn against verl's rollout server and stores per-turn metadata in ``extra_fields``;
+* :mod:`adapters.verl.plugin`: imported by verl on ``import verl`` (entry point group ``verl.plugins``, or
+  ``VERL_USE_EXTERNAL_MODULES=adapters.verl.plugin``); registers the estimators, the agent loop and the bridge.
+
+Nothing here imports verl until a submodule is imported.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,184 @@
+"""agentgym estimators inside verl 0.9.1: estimator functions, batch building and the metadata bridge.
+
+Per-row metadata (from :class:`adapters.verl.agent_loop.AgentGymAgentLoop`'s ``extra_fields``, which verl puts in
+``non_tensor_batch``):
+
+* ``agentgym_turns``: one list per row of per-turn dicts (``obs_hash``, ``action_key``, ``reward``, ``valid_action``,
+  ``action_parsed``, ``process_ok``, ``is_final_answer``, ``truncated``; optional ``info_gain``, ``embedding``);
+* ``agentgym_token_turn``: one list per row, the turn index of each response token (-1 on observation tokens);
+* ``agentgym_success`` / ``agentgym_task_id``: per row.
+
+``uid`` (verl's ``index``) stays the prompt group, trajectories are rows (rllm#605: never set ``uid`` per
+trajectory). Without metadata a row is one turn whose reward is the sum of its ``token_level_rewards``: enough for
+the outcome estimators (grpo, rloo, dr_grpo, dapo, gvpo without process flags, pvpo); turn-level estimators then
+raise :class:`estimators.MissingColumnError` naming the missing column.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PREFIX", "verl_name", "build_trajectory_batch", "make_estimator_fn", "estimator_config_from",
+           "install_bridge", "BRIDGE_MARK"]
+
+PREFIX = "agentgym_"
+BRIDGE_MARK = "_agentgym_bridge"
+
+
+def verl_name(name: str) -> str:
+    return PREFIX + name
+
+
+def _dense(values) -> np.ndarray:
+    _, inv = np.unique(np.asarray([str(v) for v in values], dtype=object), return_inverse=True)
+    # dense ids in order of first appearance keep group order stable
+    first: dict[int, int] = {}
+    return np.asarray([first.setdefault(int(i), len(first)) for i in inv], dtype=np.int64)
+
+
+def build_trajectory_batch(token_level_rewards, response_mask, index=None, non_tensor_batch=None):
+    """The :class:`estimators.TrajectoryBatch` of a verl batch (one token row per response row)."""
+    from estimators import TrajectoryBatch
+
+    rew = np.asarray(token_level_rewards.detach().float().cpu().numpy(), dtype=np.float64)
+    mask = np.asarray(response_mask.detach().cpu().numpy()).astype(bool)
+    B, L = mask.shape
+    groups = _dense(index if index is not None else np.arange(B))
+    ntb = non_tensor_batch or {}
+    turns_col = ntb.get("agentgym_turns")
+    cols: dict[str, list] = {k: [] for k in ("group_id", "traj_id", "turn_idx", "reward", "done", "truncated",
+                                             "success", "task_id")}
+    extra: dict[str, list] = {k: [] for k in ("obs_hash", "action_key", "valid_action", "action_parsed",
+                                              "process_ok", "is_final_answer", "info_gain", "embedding")}
+    tti = np.zeros((B, L), dtype=np.int32)
+    tmask = mask.copy()
+    for b in range(B):
+        turns = list(turns_col[b]) if turns_col is not None and turns_col[b] is not None else None
+        success = float(ntb["agentgym_success"][b]) if "agentgym_success" in ntb else float(rew[b].sum() > 0)
+        task = str(ntb["agentgym_task_id"][b]) if "agentgym_task_id" in ntb else str(groups[b])
+        if not turns:
+            turns = [{"reward": float(rew[b].sum())}]
+        else:
+            tok = np.full(L, -1, dtype=np.int64)
+            tt = np.asarray(ntb["agentgym_token_turn"][b], dtype=np.int64)[:L]
+            tok[:tt.size] = tt
+            tmask[b] &= tok >= 0
+            tti[b] = np.where(tmask[b], tok, 0)
+        n = len(turns)
+        for k, t in enumerate(turns):
+            cols["group_id"].append(groups[b])
+            cols["traj_id"].append(b)
+            cols["turn_idx"].append(k)
+            cols["reward"].append(float(t.get("reward", 0.0)))
+            cols["done"].append(k == n - 1)
+            cols["truncated"].append(k == n - 1 and bool(t.get("truncated", False)))
+            cols["success"].append(success)
+            cols["task_id"].append(task)
+            for key in extra:
+                extra[key].append(t.get(key))
+    kw: dict[str, Any] = {k: np.asarray(v, dtype=object if k == "task_id" else None) for k, v in cols.items()}
+    for key, vals in extra.items():
+        if all(v is not None for v in vals):
+            if key == "process_ok":
+                vals = [-1 if v is None else int(v) for v in vals]
+            kw[key] = np.asarray(vals, dtype=np.float32 if key in ("info_gain", "embedding") else None)
+    kw.update(row_traj_id=np.arange(B, dtype=np.int64), response_mask=tmask, token_turn_idx=tti)
+    return TrajectoryBatch(**kw)
+
+
+def estimator_config_from(config: Any, name: str) -> dict:
+    """Estimator settings from verl's algorithm config: ``algorithm.agentgym.<name>`` (or ``algorithm.agentgym``
+    when it holds plain values). Missing -> the estimator's defaults."""
+    if config is None:
+        return {}
+    try:
+        section = config.get("agentgym", None) if hasattr(config, "get") else getattr(config, "agentgym", None)
+    except Exception:  # noqa: BLE001 - dataclass configs without the key
+        section = None
+    if section is None:
+        return {}
+    try:
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(section):
+            section = OmegaConf.to_container(section, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    section = dict(section)
+    return dict(section.get(name, {})) if isinstance(section.get(name), dict) else \
+        {k: v for k, v in section.items() if not isinstance(v, dict)}
+
+
+def make_estimator_fn(name: str):
+    """verl estimator ``fn(token_level_rewards, response_mask, index=None, config=None, non_tensor_batch=None,
+    batch=None, **kw) -> (advantages, returns)`` running agentgym estimator ``name``."""
+
+    def fn(token_level_rewards, response_mask, index=None, config=None, non_tensor_batch=None, batch=None, **kw):
+        import torch
+        from estimators import compute_advantage
+
+        tb = build_trajectory_batch(token_level_rewards, response_mask, index, non_tensor_batch)
+        res = compute_advantage(name, tb, **estimator_config_from(config, name))
+        adv = torch.as_tensor(res.token_adv, dtype=torch.float32, device=response_mask.device)
+        if batch is not None and res.clip_scale is not None:
+            batch["agentgym_clip_scale"] = torch.as_tensor(res.clip_scale, dtype=torch.float32,
+                                                           device=response_mask.device)
+        fn.last_result = res  # type: ignore[attr-defined]
+        return adv, adv
+
+    fn.__name__ = f"agentgym_{name}_advantage"
+    fn.__qualname__ = fn.__name__
+    fn.agentgym_estimator = name  # type: ignore[attr-defined]
+    fn.last_result = None  # type: ignore[attr-defined]
+    return fn
+
+
+def install_bridge() -> bool:
+    """Wrap ``verl.trainer.ppo.ray_trainer.compute_advantage`` (and the v1 trainer's reference to it) so that
+    ``agentgym_*`` estimators receive ``non_tensor_batch`` and ``batch``. Idempotent. Returns False when
+    ray_trainer cannot be imported (plain ``verl`` without the ``verl-core`` extra)."""
+    try:
+        from verl.trainer.ppo import core_algos, ray_trainer
+    except ImportError as e:
+        logger.warning("agentgym verl bridge not installed (%s); install 'verl[verl-core]==0.9.1'", e)
+        return False
+    orig = ray_trainer.compute_advantage
+    if getattr(orig, BRIDGE_MARK, False):
+        return True
+
+    @functools.wraps(orig)
+    def compute_advantage(data, adv_estimator, *args, config=None, **kwargs):
+        name = adv_estimator.value if hasattr(adv_estimator, "value") else adv_estimator
+        if isinstance(name, str) and name.startswith(PREFIX):
+            if config is None and len(args) >= 5:  # (gamma, lam, num_repeat, norm_adv_by_std_in_grpo, config)
+                config = args[4]
+            if "response_mask" not in data.batch.keys():
+                data.batch["response_mask"] = ray_trainer.compute_response_mask(data)
+            fn = core_algos.get_adv_estimator_fn(name)
+            adv, ret = fn(token_level_rewards=data.batch["token_level_rewards"],
+                          response_mask=data.batch["response_mask"], index=data.non_tensor_batch.get("uid"),
+                          config=config, non_tensor_batch=data.non_tensor_batch, batch=data.batch)
+            data.batch["advantages"] = adv
+            data.batch["returns"] = ret
+            return data
+        return orig(data, adv_estimator, *args, config=config, **kwargs)
+
+    setattr(compute_advantage, BRIDGE_MARK, True)
+    ray_trainer.compute_advantage = compute_advantage
+    import sys
+
+    v1 = sys.modules.get("verl.trainer.ppo.v1.utils")
+    if v1 is None:
+        try:
+            import verl.trainer.ppo.v1.utils as v1  # noqa: F811
+        except ImportError:
+            v1 = None
+    if v1 is not None and getattr(v1, "compute_advantage", None) is orig:
+        v1.compute_advantage = compute_advantage
+    return True
