@@ -184,7 +184,8 @@ class DenseIndex(Retriever):
         if self.kind == "ivf":
             idx = self.index
             if self.on_gpu:
-                idx.nprobe = self.params.nprobe  # GpuIndexIVF exposes nprobe directly
+                # Works for a single GpuIndexIVF and for the replicas index_cpu_to_all_gpus makes on several GPUs.
+                faiss.GpuParameterSpace().set_index_parameter(idx, "nprobe", self.params.nprobe)
             else:
                 faiss.extract_index_ivf(idx).nprobe = self.params.nprobe
         elif self.kind == "hnsw":
