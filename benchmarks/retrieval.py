@@ -164,7 +164,12 @@ def load_test(url, clients, per_request, duration, n_ids, topk=3):
 
 
 # ------------------------------------------------------------------------------- sections
+def progress(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
 def section_encode(encoder, corpus, questions, quick, lines):
+    progress("1. encoding")
     from retrieval.encoders import passage_text
 
     n = 64 if quick else 256
@@ -209,6 +214,7 @@ def search_rates(index, queries, n_single, rounds64=3):
 
 
 def recall_table(indexes, tasks, corpus, lines):
+    progress("4. recall")
     row_of = {(p.title, p.text): i for i, p in enumerate(corpus.passages)}
     title_rows: dict[str, list[int]] = {}
     for i, p in enumerate(corpus.passages):
@@ -260,6 +266,7 @@ def section_synthetic(n, dim, quick, lines):
     from retrieval.index import IndexParams, dense_from_vectors
     from retrieval.types import Passage
 
+    progress("2b. synthetic vectors")
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, dim), dtype=np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
@@ -306,6 +313,7 @@ def section_server(flat, enc, corpus, clients, duration, lines):
 
     from retrieval.server import RetrievalServer, ServerConfig
 
+    progress("3. server load tests")
     n_ids = enc.matrix.shape[0]
     passages = [p.contents for p in corpus.passages]
     results = []
