@@ -71,12 +71,14 @@ def _unshare_prefix() -> tuple[str, ...]:
 
 
 _warned = False
+_announced = False
 
 
 def sandbox_command(argv: list[str], limits: SandboxLimits) -> list[str]:
     """``argv`` wrapped in a network namespace where possible (logs a warning once when it is not)."""
-    global _warned
+    global _warned, _announced
     if not limits.network:
+        logger.warning("AppWorld sandbox: network isolation disabled by the limits (network=False)")
         return list(argv)
     prefix = _unshare_prefix()
     if not prefix:
@@ -85,6 +87,9 @@ def sandbox_command(argv: list[str], limits: SandboxLimits) -> list[str]:
                            "workers are kept off the network only by their in-process audit hook")
             _warned = True
         return list(argv)
+    if not _announced:
+        logger.info("AppWorld sandbox: workers run in their own network namespace (%s)", " ".join(prefix))
+        _announced = True
     return [*prefix, *argv]
 
 
