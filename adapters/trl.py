@@ -169,6 +169,11 @@ class AgentGymGRPOTrainer(GRPOTrainer):
             raise RuntimeError("agentgym rollout called without its dataset rows")
         mode = "train" if self.model.training else "eval"
         G = self.num_generations if mode == "train" else self.num_generations_eval
+        for start in range(0, len(rows), G):  # TRL repeats each prompt G times in a row: one group
+            keys = {(str(r.get("task_id")), int(r.get("seed", 0))) for r in rows[start:start + G]}
+            if len(keys) != 1:
+                raise RuntimeError(f"rows {start}..{start + G - 1} are not one group (tasks/seeds {sorted(keys)}); "
+                                   "the adapter expects TRL's RepeatSampler order")
         specs = []
         for i, row in enumerate(rows):
             specs.append((row.get("task_id"), int(row.get("seed", 0)), self._ag_group_counter + i // G,
