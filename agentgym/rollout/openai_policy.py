@@ -186,6 +186,9 @@ class OpenAIPolicy:
             except PolicyRequestError as e:
                 e.attempts, e.latency_s = attempt, time.perf_counter() - t_start
                 return e
+            except Exception as e:  # noqa: BLE001 - anything else fails this prompt alone, typed, not the batch
+                return PolicyRequestError(f"{self.url}: {type(e).__name__}: {e}", attempts=attempt,
+                                          latency_s=time.perf_counter() - t_start)
         assert last is not None
         return PolicyRequestError(f"{self.url}: {last} (gave up after {c.max_retries + 1} attempts)",
                                   status=last.status, attempts=c.max_retries + 1,

@@ -89,3 +89,16 @@ def test_cli_eval_and_list(tmp_path):
     res = subprocess.run([sys.executable, "-m", "agentgym.cli", "eval", "TextCraft-v0", "--split", "nope"],
                          capture_output=True, text=True)
     assert res.returncode == 2 and "no split" in res.stderr
+
+
+def test_cli_eval_process_backend_and_pass_k(tmp_path):
+    out = tmp_path / "pk.jsonl"
+    cmd = [sys.executable, "-m", "agentgym.cli", "eval", "TextCraft-v0", "--split", "gen-depth1", "--episodes", "3",
+           "--seeds", "0-1", "--trials", "2", "--policy", "oracle", "--backend", "process", "--workers", "2",
+           "--pass-k", "4", "--out", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert "| k | pass^k (%) |" in res.stdout and "| 4 | 100.0 |" in res.stdout
+    assert len(out.read_text().splitlines()) == 12
+    res = subprocess.run(cmd[:-2] + ["--policy", "openai:m", "--base-url", "localhost:1", "--out", str(out)],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and "base_url must start with http" in res.stderr
