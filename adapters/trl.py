@@ -73,7 +73,7 @@ class AgentGymConfig:
     * ``summarizer``: SGCD credit reference (default :class:`adapters.summarizers.RuleBasedSummarizer`);
       ``reference_template`` wraps it after the prompt for the teacher pass; ``sgcd_top_k`` is K (default: the
       estimator's ``top_k``, 100);
-    * ``loss``: None = automatic (custom loss for A2TGPO / IGPO only), or a recipe name of
+    * ``loss``: None = automatic (custom loss for A2TGPO, and IGPO with ``clip_lambda`` > 0, only), or a recipe name of
       ``estimators.losses.RECIPES`` to force the custom loss with that recipe; ``loss_overrides`` replace its fields;
     * ``record_advantages``: keep what each loss call used (``trainer.ag_used_advantages``: dicts of
       ``advantages``, ``row`` (episode index in ``ag_last_episodes``), ``completion_ids``, ``completion_mask``,
@@ -160,7 +160,10 @@ class AgentGymGRPOTrainer(GRPOTrainer):
                                       "processes); launch without accelerate/torchrun multi-process")
         if self.tools:
             raise ValueError("tools are not supported together with agentgym rollouts")
-        self._ag_custom_loss = self.ag.loss is not None or self.ag.estimator in _IG_ESTIMATORS
+        # TRL's loss cannot scale clip bounds per token nor use a turn-level ratio: A2TGPO always needs ours,
+        # IGPO only with an adaptive clip (clip_lambda > 0); everything else keeps TRL's loss
+        self._ag_custom_loss = (self.ag.loss is not None or self.ag.estimator == "a2tgpo"
+                                or (self.ag.estimator == "igpo" and self.ag.estimator_config.get("clip_lambda", 0) > 0))
 
     # ------------------------------------------------------------------------------------------ rollout
     def _ag_rollout(self, prompts: list, trainer: Any) -> dict:
@@ -344,7 +347,9 @@ class AgentGymGRPOTrainer(GRPOTrainer):
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
         mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
-        recipe = self.ag.loss or self.ag.estimator
+        from estimators.losses import RECIPES
+
+        recipe = self.ag.loss or (self.ag.estimator if self.ag.estimator in RECIPES else "a2tgpo")
         cfg = get_recipe(recipe, **{"kl_coef": float(self.beta), **self.ag.loss_overrides})
         mode = "train" if self.model.training else "eval"
         # TRL's "dapo"-style normalizer: the generation batch's active tokens, rescaled to one accumulation window
