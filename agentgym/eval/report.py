@@ -6,8 +6,10 @@ Inputs are JSONL files of two kinds, told apart by their rows:
   each breakdown column (``family``, ``depth``, ``category`` by default, whichever the rows have) with standard
   errors, pass^k over seeds x trials (:func:`~agentgym.eval.summary.pass_k_curve`; for τ-airline this is τ-bench's
   pass^k), and the turns-to-success distribution. Errored episodes are counted, never scored.
-* **train logs** (rows with ``step``): learning curves of every numeric column against ``step`` — ``reward``,
-  ``success`` and each estimator's diagnostics. Nested dicts are flattened with ``/``
+* **train logs** (rows with ``step``; ``agentgym train`` writes them to ``<output_dir>/metrics.jsonl``): learning
+  curves of every numeric column against ``step`` — ``reward``, ``success`` / ``agentgym/success`` and each
+  estimator's diagnostics (``agentgym/*``); the plot shows those first, and only metrics logged at two steps or more
+  (not TRL's one-off end-of-run totals). Nested dicts are flattened with ``/``
   (``{"diagnostics": {"gigpo": {"frac_step": 0.4}}}`` -> ``diagnostics/gigpo/frac_step``); a string ``estimator``
   column splits one log into one curve per estimator.
 
@@ -137,8 +139,11 @@ def learning_curves(rows: Sequence[dict]) -> dict[str, dict[str, tuple[list[floa
     return out
 
 
+_FIRST_METRICS = ("reward", "success", "agentgym/success", "agentgym/won", "agentgym/turns", "loss")
+
+
 def _metric_order(names) -> list[str]:
-    first = [m for m in ("reward", "success") if m in names]
+    first = [m for m in _FIRST_METRICS if m in names]
     return first + sorted(n for n in names if n not in first)
 
 
@@ -226,7 +231,7 @@ def plot_report(runs: Sequence[Run], out: str | Path, by: Sequence[str] | None =
     curves = {run.label: learning_curves(run.rows) for run in train}
     for c in curves.values():
         for metrics in c.values():
-            metric_names.extend(m for m in metrics if m not in metric_names)
+            metric_names.extend(m for m, (xs, _) in metrics.items() if m not in metric_names and len(xs) >= 2)
     for m in _metric_order(metric_names)[:max_train_metrics]:
         panels.append(("curve", m))
     if not panels:

@@ -26,6 +26,11 @@ def runs(tmp_path_factory):
             for step in range(5):
                 fh.write(json.dumps({"step": step, "estimator": est, "reward": 0.1 * step, "success": step / 5,
                                      "diagnostics": {"frac_step_groups": 0.5, "adv_std": 1.0 + step}}) + "\n")
+    with open(d / "metrics.jsonl", "w") as fh:  # what adapters.train writes: flat TRL + agentgym/* metrics
+        for step in range(1, 4):
+            fh.write(json.dumps({"step": step, "loss": 0.5 / step, "reward": 0.2 * step, "agentgym/success": step / 4,
+                                 "agentgym/singleton_record_frac": 0.3}) + "\n")
+        fh.write(json.dumps({"step": 3, "train_runtime": 12.5}) + "\n")  # TRL's end-of-run record
     return d
 
 
@@ -74,6 +79,15 @@ def test_figure_has_bars_with_error_bars_for_each_run(runs, tmp_path):
     assert b"<svg" in svg.read_bytes()[:500]
     with pytest.raises(Exception, match="png or .svg"):
         plot_report(rs, tmp_path / "report.pdf")
+
+
+def test_trainer_metrics_log_is_plotted(runs, tmp_path):
+    pytest.importorskip("matplotlib", reason="plots need matplotlib (pip install 'agentgym[plot]')")
+    run = load_run(f"bipace={runs / 'metrics.jsonl'}")
+    assert run.kind == "train" and run.label == "bipace"
+    assert learning_curves(run.rows)[""]["agentgym/success"] == ([1, 2, 3], [0.25, 0.5, 0.75])
+    titles = [ax.get_title() for ax in plot_report([run], tmp_path / "m.png").axes if ax.get_visible()]
+    assert titles[:3] == ["reward", "agentgym/success", "loss"] and "train_runtime" not in titles
 
 
 def test_learning_curves_from_a_train_log(runs):
