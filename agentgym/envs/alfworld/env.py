@@ -15,7 +15,8 @@ spaces and a trailing period are ignored, and the older ``put X in/on Y`` is rea
 * Anything else (an unknown verb) is invalid: ``action_valid`` False and the observation says so.
 
 Reward 1.0 on the step that wins (the engine's ``won``: the PDDL goal holds), then ``terminated``; 0 otherwise.
-``info`` adds ``family`` (the task type) to the contract keys; ``admissible_actions`` is the engine's list without
+``info`` adds ``family`` (the papers' column: Pick, Look, Clean, Heat, Cool, Pick2) and ``task_type`` (ALFWorld's
+name, e.g. ``pick_heat_then_place_in_recep``) to the contract keys; ``admissible_actions`` is the engine's list without
 ``help``; ``progress`` is the fraction of the family's goal conditions that hold (e.g. heat: an object of the
 target type is hot; a hot one is in the target receptacle type), 1.0 once won.
 
@@ -261,13 +262,13 @@ class ALFWorldEnv(AgentEnv):
                 "examples": examples}
 
     def task_metadata(self) -> dict[str, Any]:
-        fam = self.task.family if self.task is not None else ""
-        return {"family": fam, "family_short": FAMILY_SHORT.get(fam, fam), "gamefile": getattr(self.task, "gamefile",
-                                                                                                 None)}
+        """``family``: the papers' column name (Pick, Look, Clean, Heat, Cool, Pick2); ``task_type``: ALFWorld's."""
+        tt = self.task.family if self.task is not None else ""
+        return {"family": FAMILY_SHORT.get(tt, tt), "task_type": tt}
 
     def _info(self, parsed, raw, outcome) -> StepInfo:
         info = super()._info(parsed, raw, outcome)
-        info["family"] = self.task.family if self.task is not None else ""  # type: ignore[typeddict-unknown-key]
+        info.update(self.task_metadata())  # type: ignore[typeddict-item]  # extra keys: family, task_type
         return info
 
     def progress(self) -> float | None:

@@ -32,9 +32,9 @@ __all__ = ["GameRecord", "OFFICIAL_SPLITS", "GENERATED_SEED", "GENERATED_SIZE", 
            "cache_root", "generated_game", "generated_family", "family_of_folder"]
 
 OFFICIAL_SPLITS = ("train", "valid_seen", "valid_unseen")
-#: The fixed seed of the embedded ``generated`` split and its size (20 games per family).
+#: The fixed seed of the embedded ``generated`` split and its size (10 games per family; more with generated_size).
 GENERATED_SEED = 20261122
-GENERATED_SIZE = 120
+GENERATED_SIZE = 60
 _DOWNLOAD_HINT = ("get the official games with `pip install alfworld && alfworld-download` (writes "
                   "$ALFWORLD_DATA/json_2.1.1, default ~/.cache/alfworld), or pass data_path=..., or play the "
                   "embedded split='generated'")
