@@ -68,6 +68,7 @@ class Worker:
         self.spec = spec
         os.makedirs(spec.scratch_dir, exist_ok=True)
         self.workspace = tempfile.mkdtemp(prefix="worker-", dir=spec.scratch_dir)
+        Path(self.workspace, ".owner").write_text(str(os.getpid()))  # lets a later run sweep orphans
         self.started_at = time.monotonic()
         self.ready_seconds: float | None = None
         config = {"workspace": self.workspace, "world_data": spec.world_data,
@@ -193,6 +194,7 @@ class WorkerPool:
 
     def __init__(self, spec: WorkerSpec, spares: int = 1):
         self.spec = spec
+        _sweep_orphans(spec.scratch_dir)
         self.spares = max(0, int(spares))
         self._idle: list[Worker] = []
         self._lock = threading.Lock()
@@ -240,6 +242,24 @@ class WorkerPool:
             for w in self._idle:
                 w.dispose()
             self._idle.clear()
+
+
+def _sweep_orphans(scratch_dir: str) -> None:
+    """Delete workspaces left by processes that died without cleaning up (their owner pid is gone)."""
+    root = Path(scratch_dir)
+    if not root.is_dir():
+        return
+    for ws in root.glob("worker-*"):
+        try:
+            owner = int((ws / ".owner").read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            shutil.rmtree(ws, ignore_errors=True)
+        except PermissionError:
+            continue
 
 
 _POOLS: dict[WorkerSpec, WorkerPool] = {}
