@@ -110,9 +110,17 @@ def test_round_trip(kind, corpus, encoder, vectors, flat, tmp_path):
 
 
 def test_load_without_encoder_uses_the_recorded_one(flat, tmp_path):
+    import faiss
+
     flat.save(tmp_path / "i")
     loaded = load_index(tmp_path / "i")
     assert loaded.encoder.config.identity() == flat.encoder.config.identity()
+    before = faiss.omp_get_max_threads()
+    try:
+        one = load_index(tmp_path / "i", encoder=flat.encoder, omp_threads=1)
+        assert one.params.omp_threads == 1 and faiss.omp_get_max_threads() == 1
+    finally:
+        faiss.omp_set_num_threads(before)
 
 
 def test_mismatched_encoder_is_an_error(flat, encoder, tmp_path):
@@ -218,3 +226,18 @@ def test_cli_build_search(corpus, tmp_path, capsys):
     assert main(["search", "--index", str(tmp_path / "nope"), "x"]) == 2
     assert "no meta.json" in capsys.readouterr().err
     shutil.rmtree(tmp_path / "fl")
+    # serve in a child process on a free port of 127.0.0.1, then query it through the CLI's URL mode
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "retrieval.cli", "serve", "--index", str(tmp_path / "bm"),
+                             "--port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        url = line.split(" on ")[1].split()[0]
+        assert url.startswith("http://127.0.0.1:")
+        assert main(["search", "--index", url, "--json", p.title + " " + p.text]) == 0
+        assert json.loads(capsys.readouterr().out)["hits"][0]["id"] == p.id
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
