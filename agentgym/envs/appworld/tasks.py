@@ -3,8 +3,9 @@
 **Definitions** live in ``tasks/<scenario>/`` beside this module: ``scenario.json`` (split, apps, instruction
 template, shared seed records, and the variants -- each with its ``public_data``, optional ``answer``, extra
 ``seed``/``supervisor_fields`` and the parameters of a deliberately wrong solution), ``evaluation.py`` (AppWorld's
-``evaluate(test, public_data, private_data, main_user, models, ground_truth_answer)``), ``solution.py`` (the gold
-solution: code cells separated by ``# %%`` lines) and ``wrong.py`` (a plausible wrong solution, for tests).
+``evaluate(test, public_data, private_data, main_user, models, ground_truth_answer)``), ``solution.cells`` (the
+gold solution: Python code cells separated by ``# %%`` lines; not ``.py`` because the ``$name`` placeholders
+are not Python) and ``wrong.cells`` (a plausible wrong solution, for tests).
 Templates use ``$name`` placeholders filled from ``public_data`` (and ``wrong_<name>`` from the variant's
 ``wrong``). ``tasks/common.json`` holds the supervisor and the date shared by every task. Task ids follow AppWorld's
 ``<scenario>_<n>`` (the scenario is AppWorld's "generator id", so SGC groups by it).
@@ -97,8 +98,8 @@ def _load(task_dir: str) -> tuple[AppWorldTask, ...]:
             raise TaskError(f"scenario directory {sdir} must be alphanumeric (AppWorld ids are <scenario>_<n>)")
         sc = json.loads((sdir / "scenario.json").read_text())
         evaluation = (sdir / "evaluation.py").read_text()
-        solution_t = (sdir / "solution.py").read_text()
-        wrong_t = (sdir / "wrong.py").read_text() if (sdir / "wrong.py").is_file() else ""
+        solution_t = (sdir / "solution.cells").read_text()
+        wrong_t = (sdir / "wrong.cells").read_text() if (sdir / "wrong.cells").is_file() else ""
         for n, var in enumerate(sc["variants"], start=1):
             task_id = f"{scenario}_{n}"
             public = dict(var.get("public_data", {}))
