@@ -163,7 +163,7 @@ def _build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="score a grid of episodes; resumes from --out")
     e.add_argument("env_id")
     e.add_argument("--split", default=None, help="default: the env's default split")
-    e.add_argument("--policy", default="oracle", help="oracle | random | module:callable")
+    e.add_argument("--policy", default="oracle", help="oracle | random | openai:MODEL | hf:PATH | module:callable")
     e.add_argument("--episodes", type=int, default=None, help="first N tasks of the split (required for "
                                                                  "unbounded generated splits)")
     e.add_argument("--seeds", type=_parse_seeds, default=[0], help="comma list or ranges, e.g. 0,1,5-7")

@@ -215,6 +215,7 @@ def plot_report(runs: Sequence[Run], out: str | Path, by: Sequence[str] | None =
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
     except ImportError as e:
         raise MissingDependencyError("matplotlib", "plot", "agentgym report --plot") from e
     import numpy as np
@@ -265,6 +266,7 @@ def plot_report(runs: Sequence[Run], out: str | Path, by: Sequence[str] | None =
                 if c:
                     ax.plot(list(c), [100 * v for v in c.values()], marker="o", label=run.label, color=colors[i % 10])
             ax.set_xlabel("k")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel("pass^k (%)")
             ax.set_ylim(0, 105)
             ax.set_title("pass^k over seeds x trials")
