@@ -18,7 +18,6 @@ pytest.importorskip("verl.trainer.ppo.ray_trainer", reason="needs verl-core: pip
 torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
-os.environ.setdefault("VERL_USE_EXTERNAL_MODULES", "adapters.verl.plugin")
 
 import estimators  # noqa: E402
 from adapters.tiny import build_tiny_model, build_tokenizer, env_vocabulary  # noqa: E402
