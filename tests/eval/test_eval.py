@@ -102,3 +102,13 @@ def test_cli_eval_process_backend_and_pass_k(tmp_path):
     res = subprocess.run(cmd[:-2] + ["--policy", "openai:m", "--base-url", "localhost:1", "--out", str(out)],
                          capture_output=True, text=True)
     assert res.returncode == 2 and "base_url must start with http" in res.stderr
+
+
+def test_one_pool_across_chunks_gives_the_sequential_results(tmp_path):
+    def g(**kw):
+        return EvalGrid(env_id="TextCraft-v0", split="gen-depth2", episodes=7, seeds=(0, 3), max_turns=12, chunk=5,
+                        **kw)
+
+    a = run_grid(g(), RandomPolicy(), tmp_path / "a.jsonl")
+    b = run_grid(g(backend="process", workers=2), RandomPolicy(), tmp_path / "b.jsonl")
+    assert len(a) == 14 and strip(a) == strip(b)
