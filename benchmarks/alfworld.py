@@ -12,9 +12,14 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def _arm(mode: str, games: int, repeats: int) -> dict:
+    # This script is itself named alfworld.py: drop its folder from the path so `import alfworld` is the package.
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+    sys.modules.pop("alfworld", None)
     import textworld
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
     from textworld.envs import PddlEnv
