@@ -23,7 +23,7 @@ def shared_file(name: str) -> Path | None:
 def need(*modules: str) -> None:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        pytest.skip(f"pip install 'agentgym[retrieval]' (missing {', '.join(missing)})")
+        pytest.skip(f"pip install 'agentgym[retrieval]' (missing {', '.join(missing)})", allow_module_level=True)
 
 
 def small_corpus_records(n: int = 300) -> list[dict]:
