@@ -35,17 +35,24 @@ _DELEGATED = {
 def _cmd_list(args) -> int:
     from .registration import ENVS
 
-    rows = [("env id", "split", "available", "description")]
+    rows = [("env id", "split", "data", "description")]
+    missing: list[tuple[str, str]] = []  # (label, why): printed under the table so the table stays readable
     for e in ENVS:
         for split, desc in e.splits.items():
             try:
                 ok, why = e.split_available(split)
             except Exception as exc:  # noqa: BLE001 - one broken env package must not hide the others
                 ok, why = False, f"{type(exc).__name__}: {exc}"
-            rows.append((e.env_id, split, "yes" if ok else f"no: {why}", desc))
+            if not ok:
+                missing.append((f"{e.env_id} {split}", why))
+            rows.append((e.env_id, split, "yes" if ok else f"no [{len(missing)}]", desc))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         print("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+    if missing:
+        print()
+        for i, (label, why) in enumerate(missing, 1):
+            print(f"[{i}] {label}: {why}")
     return 0
 
 
