@@ -1,4 +1,4 @@
-"""Trainer adapters: plug agentgym environments and the :mod:`estimators` into TRL (and, later, verl).
+"""Trainer adapters: plug agentgym environments and the :mod:`estimators` into TRL and verl.
 
 Modules (each imports torch / transformers / trl lazily, so ``import adapters`` stays light):
 
@@ -11,7 +11,9 @@ Modules (each imports torch / transformers / trl lazily, so ``import adapters`` 
   tokens masked, turn spans recorded) and the builder of the :class:`estimators.TrajectoryBatch` with its token
   table;
 * :mod:`adapters.trl`: the TRL 1.16 ``GRPOTrainer`` subclass (``AgentGymGRPOTrainer``);
-* :mod:`adapters.train`: ``agentgym train``.
+* :mod:`adapters.train`: ``agentgym train``;
+* :mod:`adapters.verl`: the verl 0.9.1 plugin (every estimator as ``agentgym_<name>``, the per-turn metadata
+  bridge into ``compute_advantage``, the ``agentgym`` agent loop).
 """
 
 __all__: list[str] = []
