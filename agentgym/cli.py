@@ -109,6 +109,12 @@ def _cmd_eval(args) -> int:
             policy.close()
     table = format_table(summarize(rows, by=args.by), args.format, by=args.by)
     print(table)
+    from .eval.summary import scenario_goal_completion
+
+    sgc = scenario_goal_completion(rows)
+    if sgc is not None:  # AppWorld: TGC is the success rate above; SGC needs every task of a scenario won
+        print(f"\nTGC (task goal completion): {100 * summarize(rows, by=args.by)[-1]['success']:.1f}%   "
+              f"SGC (scenario goal completion): {100 * sgc[0]:.1f}% of {sgc[1]} scenarios")
     if args.pass_k:
         from .eval.summary import format_pass_k, pass_k_curve
 

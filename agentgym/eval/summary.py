@@ -16,7 +16,7 @@ import math
 from math import comb
 from typing import Sequence
 
-__all__ = ["summarize", "format_table", "pass_hat_k", "pass_k_curve", "format_pass_k"]
+__all__ = ["summarize", "format_table", "pass_hat_k", "pass_k_curve", "format_pass_k", "scenario_goal_completion"]
 
 
 def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
@@ -64,6 +64,19 @@ def format_table(summary: list[dict], fmt: str = "markdown", by: str = "family")
         lines.append(f"| {s[by]} | {s['episodes']} | {s['wins']} | {100 * s['success']:.1f} ± {100 * s['success_se']:.1f} "
                      f"| {s['score']:.3f} ± {s['score_se']:.3f} | {s['turns']:.2f} ± {s['turns_se']:.2f} | {s['errors']} |")
     return "\n".join(lines)
+
+
+def scenario_goal_completion(rows: Sequence[dict]) -> tuple[float, int] | None:
+    """AppWorld's SGC over rows that carry ``scenario_id``: the fraction of scenarios whose every clean episode was
+    won, and the number of scenarios; None when no row names a scenario. Errored episodes are left out (a scenario
+    with only errored episodes does not count), as everywhere in these summaries."""
+    by: dict[str, list[bool]] = {}
+    for r in rows:
+        if r.get("scenario_id") is not None and r.get("error") is None:
+            by.setdefault(str(r["scenario_id"]), []).append(bool(r["won"]))
+    if not by:
+        return None
+    return sum(all(v) for v in by.values()) / len(by), len(by)
 
 
 def pass_hat_k(rows: Sequence[dict], k: int, by: str = "task_id") -> float:

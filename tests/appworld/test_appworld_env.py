@@ -252,3 +252,21 @@ def test_worker_reused_only_while_no_agent_code_ran(env):
     env.step("<code>print('ran')</code>")
     env.reset(options={"task_id": "agvenmobal_3"})
     assert env._worker.pid != pid
+
+
+def test_cli_eval_oracle_reports_tgc_and_sgc_of_100_percent_on_the_test_split(tmp_path):
+    """The issue's acceptance command, as a user runs it: every gold solution of the test split, scored by the
+    clean evaluator process; TGC (success rate) and SGC (every task of a scenario won) are both 100%."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "appworld_oracle.jsonl"
+    res = subprocess.run([sys.executable, "-m", "agentgym.cli", "eval", "AppWorld-v0", "--split", "test",
+                          "--policy", "oracle", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 12 and all(r["won"] and r["error"] is None for r in rows)
+    assert len({r["scenario_id"] for r in rows}) == 4
+    assert "TGC (task goal completion): 100.0%" in res.stdout
+    assert "SGC (scenario goal completion): 100.0% of 4 scenarios" in res.stdout

@@ -10,7 +10,7 @@ import pytest
 
 from agentgym.eval.grid import EvalGrid, run_grid
 from agentgym.eval.results import ResultsFile
-from agentgym.eval.summary import format_table, summarize
+from agentgym.eval.summary import format_table, scenario_goal_completion, summarize
 from agentgym.rollout.policy import RandomPolicy
 
 
@@ -75,6 +75,16 @@ def test_summary_excludes_errors_and_reports_se():
     assert "| a | 2 | 1 | 50.0 ± 50.0 |" in format_table(summarize(rows))
     assert format_table(summarize(rows), "csv").startswith("family,episodes")
     assert json.loads(format_table(summarize(rows), "json"))[0]["family"] == "a"
+
+
+def test_scenario_goal_completion_needs_every_task_of_a_scenario():
+    rows = [{"scenario_id": "a", "won": True, "error": None}, {"scenario_id": "a", "won": False, "error": None},
+            {"scenario_id": "b", "won": True, "error": None}, {"scenario_id": "b", "won": True, "error": None},
+            {"scenario_id": "c", "won": True, "error": None},
+            {"scenario_id": "c", "won": False, "error": {"kind": "env_crash"}},  # errored: not scored
+            {"scenario_id": "d", "won": False, "error": {"kind": "env_crash"}}]  # only errors: not counted
+    assert scenario_goal_completion(rows) == (2 / 3, 3)
+    assert scenario_goal_completion([{"won": True, "error": None}]) is None
 
 
 def test_cli_eval_and_list(tmp_path):

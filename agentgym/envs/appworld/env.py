@@ -253,6 +253,11 @@ class AppWorldEnv(AgentEnv):
     def progress(self) -> float | None:
         return self._progress
 
+    def task_metadata(self) -> dict[str, Any]:
+        """``scenario_id`` (for SGC in eval summaries), also the ``family`` column; ``apps`` the task touches."""
+        scenario = scenario_of(self._task_id(self.task))
+        return {"family": scenario, "scenario_id": scenario, "apps": list(getattr(self.task, "apps", ()) or ())}
+
     def _info(self, parsed, raw, outcome) -> StepInfo:
         info = super()._info(parsed, raw, outcome)
         info["scenario_id"] = scenario_of(self._task_id(self.task))  # type: ignore[typeddict-unknown-key]
