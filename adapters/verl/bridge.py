@@ -12,6 +12,11 @@ Per-row metadata (from :class:`adapters.verl.agent_loop.AgentGymAgentLoop`'s ``e
 trajectory). Without metadata a row is one turn whose reward is the sum of its ``token_level_rewards``: enough for
 the outcome estimators (grpo, rloo, dr_grpo, dapo, gvpo without process flags, pvpo); turn-level estimators then
 raise :class:`estimators.MissingColumnError` naming the missing column.
+
+Written into verl's ``batch`` next to ``advantages`` / ``returns`` (read by :mod:`adapters.verl.losses`):
+``agentgym_clip_scale`` ``(B, T)`` float when the estimator returns a clip scale (A2TGPO, IGPO with
+``clip_lambda > 0``) and ``agentgym_token_turn_idx`` ``(B, T)`` int64, the turn of each response token (0 off the
+mask; one turn per row without metadata).
 """
 
 from __future__ import annotations
@@ -129,6 +134,10 @@ def make_estimator_fn(name: str):
         if batch is not None and res.clip_scale is not None:
             batch["agentgym_clip_scale"] = torch.as_tensor(res.clip_scale, dtype=torch.float32,
                                                            device=response_mask.device)
+        if batch is not None and tb.has("token_turn_idx"):
+            # per-token turn index for the turn-level ratio of adapters.verl.losses (0 off the mask)
+            batch["agentgym_token_turn_idx"] = torch.as_tensor(np.asarray(tb.token_turn_idx, dtype=np.int64),
+                                                               device=response_mask.device)
         fn.last_result = res  # type: ignore[attr-defined]
         return adv, adv
 

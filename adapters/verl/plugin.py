@@ -6,6 +6,10 @@
 * the agent loop ``agentgym`` (:class:`adapters.verl.agent_loop.AgentGymAgentLoop`), when verl-core is installed;
 * the metadata bridge (:func:`adapters.verl.bridge.install_bridge`).
 
+The actor loss with A2TGPO's per-token clip scale and turn-level ratio (:mod:`adapters.verl.losses`) is not
+registered as a verl policy loss: a registered policy loss never receives the extra per-token tensors, so it is
+installed on the actor worker group with :func:`adapters.verl.losses.install_loss` instead.
+
 Registration is idempotent (verl raises on a second registration of a *different* function under one name, so the
 functions are created once per process). verl swallows plugin import errors at DEBUG level, so this module logs
 an INFO marker and sets :data:`REGISTERED`.
