@@ -151,3 +151,245 @@ def test_adapters_verl_without_bridge_no_metadata(episodes):
         fn(token_level_rewards=data.batch["token_level_rewards"], response_mask=data.batch["response_mask"],
            index=data.non_tensor_batch["uid"], config=None)
     assert plugin.BRIDGE and plugin.AGENT_LOOP and "agentgym_sgcd" in core_algos.ADV_ESTIMATOR_REGISTRY
+
+
+# --------------------------------------------------------------------------- the actor loss (adapters.verl.losses)
+# Inputs shaped as verl's engines pass them to ``loss_fn(model_output=..., data=..., dp_group=...)`` on the legacy
+# path: ``data`` a TensorDict with dense prompts / responses / attention_mask (left-padded prompts, right-padded
+# responses), the (B, T) response tensors and the global batch info as non-tensor data; ``model_output["log_probs"]``
+# a nested (jagged) tensor over each row's prompt + response tokens.
+
+from functools import partial  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+from adapters.verl import losses as vlosses  # noqa: E402
+from estimators import losses as elosses  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+from verl.utils import tensordict_utils as tu  # noqa: E402
+from verl.workers.config import FSDPActorConfig  # noqa: E402
+from verl.workers.utils.losses import ppo_loss  # noqa: E402
+from verl.workers.utils.padding import no_padding_2_padding  # noqa: E402
+
+
+def _actor_cfg(**kw):
+    base = dict(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=1)
+    base.update(kw)
+    return FSDPActorConfig(**base)
+
+
+def _loss_inputs(response_mask, advantages, *, seed=0, spread=0.4, entropy=False, ref=False, extra=None,
+                 dp_size=1, batch_num_tokens=None, global_batch_size=None):
+    """(model_output, data, log_prob leaf) for a (B, T) response mask and advantages."""
+    g = torch.Generator().manual_seed(seed)
+    B, T = response_mask.shape
+    resp_len = [max(int(torch.nonzero(response_mask[b]).max()) + 1 if response_mask[b].any() else 1, 1)
+                for b in range(B)]
+    P = 4
+    prompt_len = [P - (b % 2) for b in range(B)]
+    attn = torch.zeros(B, P + T, dtype=torch.long)
+    for b in range(B):
+        attn[b, P - prompt_len[b]:P] = 1
+        attn[b, P:P + resp_len[b]] = 1
+    lens = [p + r for p, r in zip(prompt_len, resp_len)]
+    offsets = torch.tensor([0] + np.cumsum(lens).tolist())
+    values = (-torch.rand(int(offsets[-1]), generator=g) * 2.0).requires_grad_(True)
+    model_output = {"log_probs": torch.nested.nested_tensor_from_jagged(values, offsets=offsets)}
+    td = TensorDict({"prompts": torch.randint(0, 50, (B, P), generator=g),
+                     "responses": torch.randint(0, 50, (B, T), generator=g), "attention_mask": attn,
+                     "response_mask": response_mask.long(), "advantages": advantages.float()}, batch_size=[B])
+    lp = no_padding_2_padding(values.detach(), td)
+    td["old_log_probs"] = lp + spread * torch.randn(B, T, generator=g)
+    if entropy:
+        model_output["entropy"] = torch.nested.nested_tensor_from_jagged(
+            torch.rand(int(offsets[-1]), generator=g) + values * 0.1, offsets=offsets)
+    if ref:
+        td["ref_log_prob"] = lp + 0.2 * torch.randn(B, T, generator=g)
+    for k, v in (extra or {}).items():
+        td[k] = v
+    tu.assign_non_tensor(td, dp_size=dp_size, batch_num_tokens=batch_num_tokens,
+                         global_batch_size=global_batch_size)
+    return model_output, td, values
+
+
+def _random_case(seed=0, B=5, T=9):
+    g = torch.Generator().manual_seed(100 + seed)
+    mask = (torch.rand(B, T, generator=g) > 0.25).long()
+    mask[:, 0] = 1
+    mask[-1] = 0  # a row without response tokens
+    return mask, torch.randn(B, T, generator=g)
+
+
+def _grad(loss, leaf):
+    (g,) = torch.autograd.grad(loss, leaf, retain_graph=True)
+    return g
+
+
+_AGG_CASES = [("token-mean", {}), ("token-sum", {}), ("seq-mean-token-sum", {}), ("seq-mean-token-mean", {}),
+              ("seq-mean-token-sum-norm", {}),
+              ("token-mean", dict(dp_size=2, batch_num_tokens=61, global_batch_size=10)),
+              ("token-sum", dict(dp_size=2, batch_num_tokens=61, global_batch_size=10)),
+              ("seq-mean-token-mean", dict(dp_size=2, batch_num_tokens=61, global_batch_size=10)),
+              ("seq-mean-token-sum-norm", dict(dp_size=2, batch_num_tokens=61, global_batch_size=10))]
+
+
+@pytest.mark.parametrize("agg,gbi", _AGG_CASES)
+def test_adapters_verl_loss_equals_verl_ppo_loss_without_extra_keys(agg, gbi):
+    """No agentgym keys, token ratio: verl's own ``ppo_loss`` (vanilla), value and gradient, with the entropy
+    bonus, the KL loss, rollout IS weights and verl's global batch denominators."""
+    mask, adv = _random_case(seed=len(agg))
+    w = torch.rand(mask.shape, generator=torch.Generator().manual_seed(7)) * 1.5
+    kw = dict(clip_ratio_low=0.1, clip_ratio_high=0.15, clip_ratio_c=2.0, loss_agg_mode=agg, entropy_coeff=0.01,
+              use_kl_loss=True, kl_loss_coef=0.05)
+    mo, td, leaf = _loss_inputs(mask, adv, entropy=True, ref=True, extra={"rollout_is_weights": w}, **gbi)
+    ref_loss, ref_m = ppo_loss(_actor_cfg(**kw), mo, td.clone())
+    loss, m = vlosses.agentgym_ppo_loss(_actor_cfg(**kw), mo, td.clone())
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(_grad(loss, leaf), _grad(ref_loss, leaf), rtol=1e-5, atol=1e-7)
+    assert set(ref_m) <= set(m)
+    for key in ("actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl", "actor/entropy_loss", "kl_loss"):
+        assert m[key].aggregation == ref_m[key].aggregation
+        assert m[key].aggregate() == pytest.approx(ref_m[key].aggregate(), rel=1e-5, abs=1e-6), key
+    assert ref_m["actor/pg_clipfrac"].aggregate() > 0  # the clip binds somewhere
+    # the same through the worker-side partial (verl calls it with keywords)
+    fn = vlosses.make_loss_fn(_actor_cfg(**kw))
+    loss2, _ = fn(model_output=mo, data=td.clone(), dp_group=None)
+    torch.testing.assert_close(loss2, ref_loss, rtol=1e-5, atol=1e-6)
+
+
+def _padded_logprob(mo, td):
+    return no_padding_2_padding(mo["log_probs"], td)
+
+
+def test_adapters_verl_loss_clip_scale_equals_estimators_policy_loss():
+    mask, adv = _random_case(seed=3)
+    k = 1.0 + 2.0 * torch.rand(mask.shape, generator=torch.Generator().manual_seed(5))
+    mo, td, leaf = _loss_inputs(mask, adv, extra={vlosses.CLIP_SCALE_KEY: k})
+    cfg = dict(clip_ratio_low=0.05, clip_ratio_high=0.08, loss_agg_mode="token-mean")
+    loss, m = vlosses.agentgym_ppo_loss(_actor_cfg(**cfg), mo, td.clone())
+    lp = _padded_logprob(mo, td)
+    ref, ref_m = elosses.policy_loss(lp, td["old_log_probs"], adv, mask.bool(),
+                                     elosses.PolicyLossConfig("token", 0.05, 0.08, dual_clip=3.0, agg="token-mean"),
+                                     clip_scale=k)
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(_grad(loss, leaf), _grad(ref, leaf), rtol=1e-6, atol=1e-8)
+    assert m["actor/pg_clipfrac"].aggregate() == pytest.approx(ref_m["clipfrac"])
+    assert m["actor/agentgym_clip_scale_mean"].aggregate() > 1.0
+    # the clip binds, so the scale changes the loss: without it this is verl's unscaled vanilla loss
+    assert ref_m["clipfrac"] > 0
+    td_plain = td.clone()
+    del td_plain[vlosses.CLIP_SCALE_KEY]
+    plain, plain_m = vlosses.agentgym_ppo_loss(_actor_cfg(**cfg), mo, td_plain)
+    verl_plain, _ = ppo_loss(_actor_cfg(**cfg), mo, td_plain.clone())
+    torch.testing.assert_close(plain, verl_plain, rtol=1e-6, atol=1e-7)
+    assert abs(float(plain.detach()) - float(loss.detach())) > 1e-4
+    assert plain_m["actor/pg_clipfrac"].aggregate() >= m["actor/pg_clipfrac"].aggregate()  # wider bounds
+
+
+def test_adapters_verl_loss_turn_ratio_equals_estimators_policy_loss():
+    mask, adv = _random_case(seed=4)
+    B, T = mask.shape
+    tti = torch.zeros(B, T, dtype=torch.long)
+    for b in range(B):  # 1-3 turns per row, contiguous
+        cuts = sorted(torch.randint(1, T, (b % 3,), generator=torch.Generator().manual_seed(b)).tolist())
+        for c in cuts:
+            tti[b, c:] += 1
+    k = 1.0 + torch.rand(B, T, generator=torch.Generator().manual_seed(9))
+    mo, td, leaf = _loss_inputs(mask, adv, spread=0.05, extra={vlosses.TURN_IDX_KEY: tti, vlosses.CLIP_SCALE_KEY: k})
+    cfg = dict(clip_ratio_low=3e-3, clip_ratio_high=4e-3, loss_agg_mode="token-mean")
+    loss, _ = vlosses.agentgym_ppo_loss(_actor_cfg(**cfg), mo, td.clone(), ratio="turn")
+    lp = _padded_logprob(mo, td)
+    ref, ref_m = elosses.policy_loss(lp, td["old_log_probs"], adv, mask.bool(),
+                                     elosses.get_recipe("a2tgpo", kl_coef=0.0), clip_scale=k, token_turn_idx=tti)
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(_grad(loss, leaf), _grad(ref, leaf), rtol=1e-6, atol=1e-8)
+    tok, _ = vlosses.agentgym_ppo_loss(_actor_cfg(**cfg), mo, td.clone(), ratio="token")
+    assert abs(float(tok.detach()) - float(loss.detach())) > 1e-6  # the turn ratio is a different objective
+    td_no = td.clone()
+    del td_no[vlosses.TURN_IDX_KEY]
+    with pytest.raises(ValueError, match="agentgym_token_turn_idx"):
+        vlosses.agentgym_ppo_loss(_actor_cfg(**cfg), mo, td_no, ratio="turn")
+    with pytest.raises(ValueError, match="vanilla"):
+        vlosses.agentgym_ppo_loss(_actor_cfg(policy_loss={"loss_mode": "gspo"}), mo, td.clone())
+
+
+def _synthetic_outs(seed=0):
+    """Agent-loop-shaped outputs (2 prompt groups x 2 trajectories, 2-3 turns each, observation tokens with mask 0,
+    per-turn ``info_gain``) for the ``_data`` helper: A2TGPO needs the information gain, which the agent loop
+    itself does not compute."""
+    rng = np.random.default_rng(seed)
+    outs, uids = [], []
+    for g in range(2):
+        for j in range(2):
+            n_turns = 2 + (g + j) % 2
+            mask, tt, turns = [], [], []
+            for t in range(n_turns):
+                a = int(rng.integers(2, 5))
+                mask += [1] * a
+                tt += [t] * a
+                if t < n_turns - 1:
+                    mask += [0] * 2
+                    tt += [-1] * 2
+                turns.append({"obs_hash": 100 * g + t, "action_key": t, "reward": 0.0, "valid_action": True,
+                              "info_gain": float(rng.normal())})
+            success = float(rng.random() > 0.5)
+            turns[-1]["reward"] = success
+            outs.append(SimpleNamespace(response_ids=[1] * len(mask), response_mask=mask, reward_score=success,
+                                        extra_fields={"agentgym_turns": turns, "agentgym_token_turn": tt,
+                                                      "agentgym_success": success,
+                                                      "agentgym_task_id": f"task-{g}"}))
+            uids.append(f"prompt-{g}")
+    return outs, uids
+
+
+def test_adapters_verl_a2tgpo_bridge_to_loss_end_to_end():
+    """verl's compute_advantage (through the bridge) runs agentgym_a2tgpo and writes the clip scale and the token
+    turn index into the batch; the actor loss reads both from the batch as verl hands it over."""
+    outs, uids = _synthetic_outs()
+    data = _data(outs, uids)
+    out = ray_trainer.compute_advantage(data, adv_estimator="agentgym_a2tgpo", config=None)
+    b = out.batch
+    mask = b["response_mask"]
+    assert vlosses.CLIP_SCALE_KEY in b.keys() and vlosses.TURN_IDX_KEY in b.keys()
+    k, tti, adv = b[vlosses.CLIP_SCALE_KEY], b[vlosses.TURN_IDX_KEY], b["advantages"]
+    assert k.shape == tti.shape == mask.shape
+    assert (k[mask.bool()] != 1.0).any()  # process turns get kappa = 1 + lambda tanh(I/2) != 1
+    for r, o in enumerate(outs):
+        tt = np.asarray(o.extra_fields["agentgym_token_turn"])
+        np.testing.assert_array_equal(tti[r, :tt.size].numpy()[tt >= 0], tt[tt >= 0])
+    res = core_algos.get_adv_estimator_fn("agentgym_a2tgpo").last_result  # the estimator's own result
+    np.testing.assert_array_equal(k.numpy(), np.asarray(res.clip_scale, dtype=np.float32))
+    extra = {vlosses.CLIP_SCALE_KEY: k, vlosses.TURN_IDX_KEY: tti}
+    mo, td, leaf = _loss_inputs(mask, adv, spread=0.05, extra=extra)
+    cfg = _actor_cfg(clip_ratio_low=3e-3, clip_ratio_high=4e-3)
+    loss, m = vlosses.agentgym_ppo_loss(cfg, mo, td.clone(), ratio="turn")
+    g = _grad(loss, leaf)
+    assert torch.isfinite(loss) and torch.isfinite(g).all() and g.abs().sum() > 0
+    ref, _ = elosses.policy_loss(_padded_logprob(mo, td), td["old_log_probs"], adv, mask.bool(),
+                                 elosses.get_recipe("a2tgpo", kl_coef=0.0), clip_scale=k, token_turn_idx=tti)
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-7)
+    assert m["actor/agentgym_clip_scale_mean"].aggregate() != 1.0
+
+
+def test_adapters_verl_install_loss_on_worker_group_stand_in():
+    """``install_loss`` on a stand-in for the actor worker group (a live Ray worker group is not run here): it
+    converts the trainer's OmegaConf actor section like the worker does, and the installed function pickles
+    (Ray ships it to every rank) and computes verl's loss on plain inputs."""
+    import cloudpickle
+
+    class _WG:
+        def set_loss_fn(self, loss_fn):
+            self.loss_fn = loss_fn
+
+    wg = _WG()
+    section = OmegaConf.create({"_target_": "verl.workers.config.FSDPActorConfig", "strategy": "fsdp",
+                                "ppo_micro_batch_size_per_gpu": 1, "rollout_n": 1, "clip_ratio_low": 0.1})
+    fn = vlosses.install_loss(wg, section, ratio="turn")
+    assert wg.loss_fn is fn and isinstance(fn, partial) and fn.keywords["ratio"] == "turn"
+    assert isinstance(fn.keywords["config"], FSDPActorConfig) and fn.keywords["config"].clip_ratio_low == 0.1
+    fn2 = cloudpickle.loads(cloudpickle.dumps(fn))
+    mask, adv = _random_case(seed=1)
+    mo, td, _ = _loss_inputs(mask, adv, extra={vlosses.TURN_IDX_KEY: torch.zeros_like(mask)})
+    loss, _ = fn2(model_output=mo, data=td, dp_group=None)
+    assert torch.isfinite(loss)
+    with pytest.raises(ValueError, match="ratio"):
+        vlosses.install_loss(wg, section, ratio="segment")
