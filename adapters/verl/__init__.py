@@ -7,6 +7,9 @@
   hand ``agentgym_*`` estimators the per-turn metadata the agent loop stored;
 * :mod:`adapters.verl.agent_loop`: ``AgentGymAgentLoop`` (registered as agent loop ``agentgym``), which plays an
   agentgym env multi-turn against verl's rollout server and stores per-turn metadata in ``extra_fields``;
+* :mod:`adapters.verl.losses`: ``agentgym_ppo_loss``, verl's ``ppo_loss`` contract computed by
+  :func:`estimators.losses.policy_loss`, reading A2TGPO's per-token clip scale and turn index from the batch
+  (installed with ``install_loss`` through ``set_loss_fn``: a registered policy loss never sees extra tensors);
 * :mod:`adapters.verl.plugin`: imported by verl on ``import verl`` (entry point group ``verl.plugins``, or
   ``VERL_USE_EXTERNAL_MODULES=adapters.verl.plugin``); registers the estimators, the agent loop and the bridge.
 
