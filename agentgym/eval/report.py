@@ -107,6 +107,12 @@ def breakdown(rows: Sequence[dict], col: str) -> dict[str, dict]:
     return out
 
 
+def _same_partition(rows: Sequence[dict], a: str, b: str) -> bool:
+    """Whether columns ``a`` and ``b`` group ``rows`` identically (a one-to-one map between their values)."""
+    pairs = {(str(r.get(a)), str(r.get(b))) for r in rows}
+    return len(pairs) == len({p[0] for p in pairs}) == len({p[1] for p in pairs})
+
+
 def turns_to_success(rows: Sequence[dict]) -> list[int]:
     return sorted(int(r["turns"]) for r in rows if r.get("error") is None and r.get("won"))
 
@@ -224,9 +230,16 @@ def plot_report(runs: Sequence[Run], out: str | Path, by: Sequence[str] | None =
     train = [r for r in runs if r.kind == "train"]
     panels: list[tuple[str, Any]] = []
     if res:
+        kept: list[str] = []
         for col in breakdown_columns(res, by):
+            # TextCraft's family is its depth: a column that splits the rows exactly as a kept one would draw the
+            # same bars twice (asked-for columns are always drawn).
+            if not by and any(_same_partition([r for run in res for r in run.rows], col, k) for k in kept):
+                continue
+            kept.append(col)
             panels.append(("bars", col))
-        panels.append(("passk", None))
+        if any(len(pass_k_curve(run.rows, max_k)) >= 2 for run in res):  # pass^1 alone is the success rate
+            panels.append(("passk", None))
         panels.append(("turns", None))
     metric_names: list[str] = []
     curves = {run.label: learning_curves(run.rows) for run in train}
