@@ -44,6 +44,25 @@ def test_adapters_verl_plugin_registers_in_fresh_interpreter():
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
 
 
+def test_adapters_verl_plugin_loads_through_the_installed_entry_point():
+    """``pip install agentgym[verl]`` declares the ``verl.plugins`` entry point: a plain ``import verl`` (no env
+    variable) registers everything, and ``VERL_USE_EXTERNAL_PLUGINS=none`` turns it off."""
+    from importlib.metadata import entry_points
+
+    if not any(ep.name == "agentgym" for ep in entry_points(group="verl.plugins")):
+        pytest.skip("agentgym is not pip-installed in this venv (no verl.plugins entry point)")
+    base = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_MODULES", "VERL_USE_EXTERNAL_PLUGINS")}
+    base["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    code = ("import verl\nfrom verl.trainer.ppo import core_algos\n"
+            "print(sorted(n for n in core_algos.ADV_ESTIMATOR_REGISTRY if n.startswith('agentgym_')))\n")
+    on = subprocess.run([sys.executable, "-c", code], env=base, capture_output=True, text=True, timeout=300)
+    assert on.returncode == 0, on.stderr[-2000:]
+    assert "'agentgym_bipace'" in on.stdout and "'agentgym_a2tgpo'" in on.stdout
+    off = subprocess.run([sys.executable, "-c", code], env=dict(base, VERL_USE_EXTERNAL_PLUGINS="none"),
+                         capture_output=True, text=True, timeout=300)
+    assert off.returncode == 0 and off.stdout.strip() == "[]", (off.stdout, off.stderr[-2000:])
+
+
 class _HFServer:
     """The smallest real generation backend on CPU: Hugging Face ``generate`` behind verl's
     ``server_manager.generate`` interface (token ids in, TokenOutput with log-probs out)."""
