@@ -161,8 +161,9 @@ def _metrics_callback(path: Path):
                 fh.write(json.dumps(rec) + "\n")
             keys = ("reward", "agentgym/success", "agentgym/adv_std", "agentgym/singleton_record_frac",
                     "agentgym/frac_rows_pace", "agentgym/clip_scale_mean", "agentgym/credit_weight_mean", "loss")
-            logger.info("step %d: %s", state.global_step,
-                        ", ".join(f"{k}={rec[k]:.4g}" for k in keys if k in rec))
+            shown = ", ".join(f"{k}={rec[k]:.4g}" for k in keys if k in rec)
+            if shown:  # the end-of-training record has only run totals (runtime, samples/s): file only
+                logger.info("step %d: %s", state.global_step, shown)
 
     return _JsonlMetrics()
 
