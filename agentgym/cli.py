@@ -107,7 +107,8 @@ def _cmd_eval(args) -> int:
         bar.close()
         if hasattr(policy, "close"):
             policy.close()
-    table = format_table(summarize(rows, by=args.by), args.format, by=args.by)
+    order = entry.family_order if args.by == "family" else ()
+    table = format_table(summarize(rows, by=args.by, order=order), args.format, by=args.by)
     print(table)
     from .eval.summary import scenario_goal_completion
 

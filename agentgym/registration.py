@@ -30,6 +30,8 @@ class EnvEntry:
         requires: importable module names the env needs at run time.
         data: (split -> dataset name or None) for availability checks; None means no file needed.
         max_episode_steps: None: the env enforces ``max_turns`` itself and reports ``truncated``.
+        family_order: the order of the ``family`` rows in summary tables (the papers' column order, e.g.
+            ALFWorld's Pick, Look, Clean, Heat, Cool, Pick2); families not listed follow in natural order.
     """
 
     env_id: str
@@ -40,6 +42,7 @@ class EnvEntry:
     requires: tuple[str, ...] = ()
     data: dict[str, tuple[str, tuple[str, ...] | None] | None] = field(default_factory=dict)
     description: str = ""
+    family_order: tuple[str, ...] = ()
 
     def missing_requirements(self) -> list[str]:
         return [m for m in self.requires if importlib.util.find_spec(m) is None]

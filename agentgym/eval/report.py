@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import AgentGymError, MissingDependencyError
-from .summary import _mean_se, pass_k_curve
+from .summary import _mean_se, ordered, pass_k_curve
 
 __all__ = ["Run", "load_run", "breakdown", "turns_to_success", "learning_curves", "report_markdown",
            "plot_report", "main", "DEFAULT_BREAKDOWNS"]
@@ -84,6 +84,20 @@ def load_run(spec: str) -> Run:
 def _natural(v: Any):
     s = str(v)
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+
+
+def _row_order(runs: Sequence[Run], col: str, values) -> list[str]:
+    """Family rows in the env's declared order (``EnvEntry.family_order``: the papers' columns), else natural."""
+    order: tuple[str, ...] = ()
+    if col == "family":
+        from ..registration import get_entry
+
+        for env_id in {r.get("env_id") for run in runs for r in run.rows if r.get("env_id")}:
+            try:
+                order = get_entry(env_id).family_order or order
+            except Exception:  # noqa: BLE001 - an unknown env id in an old results file only loses the order
+                continue
+    return ordered(values, order)
 
 
 def breakdown_columns(runs: Sequence[Run], by: Sequence[str] | None = None) -> list[str]:
@@ -169,7 +183,7 @@ def report_markdown(runs: Sequence[Run], by: Sequence[str] | None = None, max_k:
                        f"{_pct(a['se'])} |")
         for col in breakdown_columns(res, by):
             tables = {run.label: breakdown(run.rows, col) for run in res}
-            values = sorted({v for t in tables.values() for v in t if v != "All"}, key=_natural) + ["All"]
+            values = _row_order(res, col, {v for t in tables.values() for v in t if v != "All"}) + ["All"]
             out.append(f"\n## Success by {col} (%, ± standard error, episodes)\n")
             out.append("| " + col + " | " + " | ".join(tables) + " |")
             out.append("|---|" + "---:|" * len(tables))
@@ -259,7 +273,7 @@ def plot_report(runs: Sequence[Run], out: str | Path, by: Sequence[str] | None =
     for ax, (kind, arg) in zip(axes, panels):
         if kind == "bars":
             tables = {run.label: breakdown(run.rows, arg) for run in res}
-            values = sorted({v for t in tables.values() for v in t if v != "All"}, key=_natural) + ["All"]
+            values = _row_order(res, arg, {v for t in tables.values() for v in t if v != "All"}) + ["All"]
             x = np.arange(len(values))
             width = 0.8 / len(tables)
             for i, (label, t) in enumerate(tables.items()):

@@ -13,10 +13,11 @@ import csv
 import io
 import json
 import math
+import re
 from math import comb
 from typing import Sequence
 
-__all__ = ["summarize", "format_table", "pass_hat_k", "pass_k_curve", "format_pass_k", "scenario_goal_completion"]
+__all__ = ["ordered", "summarize", "format_table", "pass_hat_k", "pass_k_curve", "format_pass_k", "scenario_goal_completion"]
 
 
 def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
@@ -30,13 +31,21 @@ def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
     return m, math.sqrt(var / n)
 
 
-def summarize(rows: Sequence[dict], by: str = "family") -> list[dict]:
-    """One summary dict per value of ``by`` (sorted), then an ``All`` row."""
+def ordered(values, order: Sequence[str] = ()) -> list[str]:
+    """``values`` with those in ``order`` first (in that order), the rest after them in natural order (depth2 <
+    depth10)."""
+    rank = {v: i for i, v in enumerate(order)}
+    natural = lambda v: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", v)]  # noqa: E731
+    return sorted(values, key=lambda v: (rank.get(v, len(rank)), natural(v) if v not in rank else []))
+
+
+def summarize(rows: Sequence[dict], by: str = "family", order: Sequence[str] = ()) -> list[dict]:
+    """One summary dict per value of ``by`` (``order`` first, then natural order), then an ``All`` row."""
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(str(r.get(by, "all")), []).append(r)
     out = []
-    for name in sorted(groups) + ["All"]:
+    for name in ordered(groups, order) + ["All"]:
         rs = rows if name == "All" else groups[name]
         ok = [r for r in rs if r.get("error") is None]
         sr, sr_se = _mean_se([float(bool(r["won"])) for r in ok])

@@ -58,6 +58,24 @@ def test_oracle_wins_every_generated_game(env, family):
         assert info["won"] and r == 1.0 and term, f"the oracle lost {tid} after {info['turn']} turns"
 
 
+def test_cli_eval_oracle_reports_100_percent_per_family_in_the_papers_order(tmp_path):
+    """The issue's acceptance command: ``agentgym eval ALFWorld-v0 --split generated --policy oracle`` over the 60
+    cached games, in two worker processes; the table has the papers' rows (Pick, Look, Clean, Heat, Cool, Pick2)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "alfworld_oracle.jsonl"
+    res = subprocess.run([sys.executable, "-m", "agentgym.cli", "eval", "ALFWorld-v0", "--split", "generated",
+                          "--policy", "oracle", "--workers", "2", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [line.split("|")[1:4] for line in res.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    table = {fam.strip(): (int(eps), int(wins)) for fam, eps, wins in rows[1:]}
+    assert list(table) == ["Pick", "Look", "Clean", "Heat", "Cool", "Pick2", "All"]
+    assert all(eps == wins == 10 for fam, (eps, wins) in table.items() if fam != "All")
+    assert table["All"] == (60, 60)
+
+
 def test_random_policy_wins_far_less(env):
     rng = np.random.default_rng(0)
     wins = Counter()

@@ -77,6 +77,13 @@ def test_summary_excludes_errors_and_reports_se():
     assert json.loads(format_table(summarize(rows), "json"))[0]["family"] == "a"
 
 
+def test_summary_rows_follow_the_declared_family_order_then_natural_order():
+    rows = [{"family": f, "won": True, "score": 1.0, "turns": 1, "error": None}
+            for f in ("depth10", "Cool", "depth2", "Pick", "Pick2")]
+    names = [s["family"] for s in summarize(rows, order=("Pick", "Look", "Cool"))]
+    assert names == ["Pick", "Cool", "Pick2", "depth2", "depth10", "All"]
+
+
 def test_scenario_goal_completion_needs_every_task_of_a_scenario():
     rows = [{"scenario_id": "a", "won": True, "error": None}, {"scenario_id": "a", "won": False, "error": None},
             {"scenario_id": "b", "won": True, "error": None}, {"scenario_id": "b", "won": True, "error": None},

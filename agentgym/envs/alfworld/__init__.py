@@ -41,6 +41,7 @@ ENTRY = _ALFWorldEntry(
     },
     default_split="generated",
     extra="alfworld",
+    family_order=("Pick", "Look", "Clean", "Heat", "Cool", "Pick2"),  # the column order of the papers' tables
     requires=("alfworld", "textworld", "fast_downward"),
     data={
         "generated": None,
