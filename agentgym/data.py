@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .errors import DataNotFoundError
 
-__all__ = ["find_data", "package_data_dir", "shared_data_dirs", "data_available"]
+__all__ = ["find_data", "package_data_dir", "shared_data_dirs", "data_available", "cache_root"]
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,3 +89,13 @@ def data_available(name: str, package: tuple[str, ...] | None = None) -> bool:
         return True
     except DataNotFoundError:
         return False
+
+
+def cache_root() -> Path:
+    """Where agentgym caches data it builds (``$AGENTGYM_CACHE``, else ``$XDG_CACHE_HOME/agentgym``, else
+    ``~/.cache/agentgym``)."""
+    if os.environ.get("AGENTGYM_CACHE"):
+        return Path(os.environ["AGENTGYM_CACHE"]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "agentgym"
+    return Path("~/.cache/agentgym").expanduser()

@@ -85,3 +85,17 @@ def test_vocabulary_matches_alfred_constants():
 
     for fam in FAMILIES:
         assert scenes.TEMPLATES[fam] == tuple(glib.gdict[fam]["templates"])
+
+
+def test_pick_two_scenes_are_easier_than_official_ones():
+    """What the README says about generated Pick2 games: the two targets start together in one receptacle (the only
+    two of their type), in a smaller room, and the target receptacle type is (almost always) in the room once and
+    cannot be opened — official Pick2 games scatter the objects and may target a type the room has several of."""
+    scenes_ = [draw("pick_two_obj_and_place", 11, i) for i in range(200)]
+    single = closed = 0
+    for s in scenes_:
+        targets = [o for o in s.objects if o.otype == s.object_target]
+        assert len(targets) == 2 and targets[0].receptacle == targets[1].receptacle
+        single += sum(rt == s.parent_target for rt, _, _ in s.receptacles) == 1
+        closed += s.parent_target not in scenes.OPENABLE
+    assert single >= 190 and closed >= 190  # measured: 198 and 198 of these 200

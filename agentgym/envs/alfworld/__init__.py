@@ -14,12 +14,12 @@ __all__ = ["ENTRY"]
 
 
 class _ALFWorldEntry(EnvEntry):
-    """Official splits are also found under ``$ALFWORLD_DATA/json_2.1.1`` (alfworld's own variable)."""
+    """An official split is available when :func:`.games.official_split_dir` finds a folder with games in it
+    (``$ALFWORLD_DATA/json_2.1.1``, alfworld's own variable, or the agentgym data roots), not merely the folder."""
 
     def split_available(self, split: str) -> tuple[bool, str]:
-        ok, why = super().split_available(split)
-        if ok or split == "generated" or self.missing_requirements():
-            return ok, why
+        if split not in self.data or self.data[split] is None or self.missing_requirements():
+            return super().split_available(split)
         from .games import official_split_dir
 
         try:

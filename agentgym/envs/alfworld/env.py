@@ -20,11 +20,22 @@ name, e.g. ``pick_heat_then_place_in_recep``) to the contract keys; ``admissible
 ``help``; ``progress`` is the fraction of the family's goal conditions that hold (e.g. heat: an object of the
 target type is hot; a hot one is in the target receptacle type), 1.0 once won.
 
-``obs_hash`` digests the current observation followed by the sorted list of the engine's *dynamic* facts: the agent's
-location, what it holds, every object's receptacle, which receptacles are open, and the clean/hot/cool/toggled/sliced
-flags. So ``Nothing happens.`` (or a repeated ``You arrive at ...``) in two different states hashes differently, while
-the same observation in the same state hashes the same. Static facts (types, affordances) and the engine's
-bookkeeping facts (``checked``, ``examined``) are left out.
+``obs_hash`` is :func:`agentgym.hashing.obs_hash` of one text: the observation this step returned (the engine's
+feedback, or the invalid-action note), a newline, then the engine's *dynamic* facts, one per line, sorted, each its
+predicate and arguments (the game's PDDL names) joined by spaces, e.g. ``inreceptacle <object> <receptacle>``. The
+dynamic predicates are exactly ``atlocation`` (where the agent is), ``holds`` and ``holdsany`` (what it holds,
+whether it holds anything), ``inreceptacle`` and ``inreceptacleobject`` (where each object is, incl. objects inside
+objects), ``opened``, ``isclean``, ``ishot``, ``iscool``, ``istoggled``, ``issliced`` and ``ison``. Before hashing,
+the text is normalized (NFC, lower-cased, runs of whitespace collapsed to one space). So ``Nothing happens.`` (or a
+repeated ``You arrive at ...``) in two different states hashes differently, while the same observation in the same
+state hashes the same.
+Everything else is left out: static facts (types, affordances such as ``openable``, receptacle locations),
+``objectatlocation`` (it changes only together with ``holds``/``inreceptacle``), the bookkeeping facts ``checked``
+and ``examined``, the turn and the history.
+
+Prompts: :mod:`.prompts` (BiPACE Appendix J); ``react_examples=k`` prepends ReAct few-shot examples, which need
+ReAct's prompt files as data (``alfworld/prompts/``, staged in the shared data; otherwise a DataNotFoundError when
+the env is built that says where to get them).
 
 Splits: ``generated`` (default; see :mod:`.games`), ``train``, ``valid_seen``, ``valid_unseen`` (official files under
 ``data_path`` or ``$ALFWORLD_DATA``). The oracle is alfworld's expert (:mod:`.oracle`); the random policy draws from
@@ -50,7 +61,8 @@ from .engine import Engine, EngineState, require_engine
 from .games import (GENERATED_SEED, GENERATED_SIZE, OFFICIAL_SPLITS, GameRecord, family_of_folder, generated_game,
                     official_split_dir, scan_games)
 from .oracle import OracleState, random_admissible
-from .prompts import ALFWORLD_TEMPLATE, react_examples
+from .prompts import ALFWORLD_TEMPLATE
+from .prompts import react_examples as react_examples_text
 from .scenes import FAMILIES, FAMILY_SHORT
 
 __all__ = ["ALFWorldEnv", "SPLITS"]
@@ -105,7 +117,8 @@ class ALFWorldEnv(AgentEnv):
             default ``$ALFWORLD_DATA/json_2.1.1`` and the agentgym data roots. No game there: DataNotFoundError.
         generated_size: number of games of the ``generated`` split (ids ``gen-0`` .. ``gen-{n-1}``).
         react_examples: 0 (default) for the plain Appendix J prompt, or 1..3 ReAct few-shot examples of the
-            task's family prepended to the prompt; ``react_style``: ``"react"`` or ``"act"``.
+            task's family prepended to the prompt (needs ReAct's prompt files, see :mod:`.prompts`); ``react_style``:
+            ``"react"`` or ``"act"``.
         max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`
             (ALFWorld's usual budget of 50 steps by default).
     """
@@ -126,6 +139,8 @@ class ALFWorldEnv(AgentEnv):
         self.split = split
         self.react_examples = int(react_examples)
         self.react_style = react_style
+        if self.react_examples:
+            react_examples_text(FAMILIES[0], self.react_examples, style=react_style)  # fail now if files are absent
         self.generated_size = int(generated_size)
         self._games: tuple[GameRecord, ...] = ()
         self._by_id: dict[str, GameRecord] = {}
@@ -257,7 +272,7 @@ class ALFWorldEnv(AgentEnv):
         adm = self.admissible_actions() or []
         examples = ""
         if self.react_examples and self.task is not None:
-            examples = react_examples(self.task.family, self.react_examples, style=self.react_style)
+            examples = react_examples_text(self.task.family, self.react_examples, style=self.react_style)
         return {"task": self._task_text, "admissible_actions": "\n ".join(f"'{a}'" for a in adm),
                 "examples": examples}
 

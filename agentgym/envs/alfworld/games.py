@@ -7,9 +7,10 @@ are skipped, and so are games whose ``game.tw-pddl`` says ``"solvable": false`` 
 
 Official splits (``train``, ``valid_seen``, ``valid_unseen``) are looked up, in order, under an explicit
 ``data_path`` (a ``json_2.1.1`` folder, its parent, or the split folder itself), ``$ALFWORLD_DATA/json_2.1.1`` (the
-variable ``alfworld-download`` uses; default ``~/.cache/alfworld``), ``$AGENTGYM_DATA/alfworld/json_2.1.1`` and the
-staged data. Finding no game raises :class:`~agentgym.errors.DataNotFoundError` at once, naming every place tried and
-how to get the data (``alfworld-download``) — instead of the stock env's silent endless loop.
+variable ``alfworld-download`` uses; default ``~/.cache/alfworld``), ``$AGENTGYM_DATA/alfworld/json_2.1.1`` and
+``alfworld/json_2.1.1`` in each shared data folder (:func:`agentgym.data.shared_data_dirs`). Finding no game raises
+:class:`~agentgym.errors.DataNotFoundError` at once, naming every folder tried and how to get the data
+(``alfworld-download``) — instead of the stock env's silent endless loop.
 
 The ``generated`` split is :data:`GENERATED_SIZE` games of :mod:`.generate` with seed :data:`GENERATED_SEED`
 (indices 0..N-1, family ``FAMILIES[i % 6]``). Each game is generated the first time it is needed and cached under
@@ -24,7 +25,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...data import find_data
+from ...data import cache_root, shared_data_dirs
 from ...errors import DataNotFoundError, TaskError
 from .scenes import FAMILIES
 
@@ -35,6 +36,7 @@ OFFICIAL_SPLITS = ("train", "valid_seen", "valid_unseen")
 #: The fixed seed of the embedded ``generated`` split and its size (10 games per family; more with generated_size).
 GENERATED_SEED = 20261122
 GENERATED_SIZE = 60
+_REL = Path("alfworld") / "json_2.1.1"  # the official layout under an agentgym data root
 _DOWNLOAD_HINT = ("get the official games with `pip install alfworld && alfworld-download` (writes "
                   "$ALFWORLD_DATA/json_2.1.1, default ~/.cache/alfworld), or pass data_path=..., or play the "
                   "embedded split='generated'")
@@ -67,23 +69,23 @@ def official_split_dir(split: str, data_path: str | os.PathLike | None = None) -
     """The folder of an official split that holds at least one game; DataNotFoundError otherwise."""
     if split not in OFFICIAL_SPLITS:
         raise TaskError(f"unknown ALFWorld split {split!r}; official splits are {OFFICIAL_SPLITS}")
-    candidates: list[Path] = []
+    candidates: list[tuple[str, Path]] = []  # (how it was found, folder)
     if data_path is not None:
         p = Path(data_path).expanduser()
-        candidates += [p / split, p / "json_2.1.1" / split, p]
+        candidates += [("data_path", p / split), ("data_path", p / "json_2.1.1" / split), ("data_path", p)]
     else:
-        candidates.append(_alfworld_data_dir() / "json_2.1.1" / split)
-        try:
-            candidates.append(find_data(f"alfworld/json_2.1.1/{split}"))
-        except DataNotFoundError:
-            pass
+        candidates.append(("$ALFWORLD_DATA" if os.environ.get("ALFWORLD_DATA") else "$ALFWORLD_DATA unset, "
+                           "alfworld-download's default", _alfworld_data_dir() / "json_2.1.1" / split))
+        if os.environ.get("AGENTGYM_DATA"):
+            candidates.append(("$AGENTGYM_DATA", Path(os.environ["AGENTGYM_DATA"]) / _REL / split))
+        candidates += [("shared data", root / _REL / split) for root in shared_data_dirs()]
     tried = []
-    for c in candidates:
+    for how, c in candidates:
         if c.is_dir() and _has_game(c):
             return c
-        tried.append(str(c) + ("" if c.exists() else " (missing)"))
+        tried.append(f"{c} ({how}; {'no games' if c.exists() else 'missing'})")
     if data_path is None and not os.environ.get("AGENTGYM_DATA"):
-        tried.append("$AGENTGYM_DATA/alfworld/json_2.1.1 (unset)")
+        tried.append("$AGENTGYM_DATA/alfworld/json_2.1.1 ($AGENTGYM_DATA unset)")
     raise DataNotFoundError(f"no ALFWorld games for split {split!r}: looked for <task>/<trial>/game.tw-pddl + "
                             f"traj_data.json in {'; '.join(tried)}. To fix: {_DOWNLOAD_HINT}")
 
@@ -155,15 +157,6 @@ def _solvable(gamefile: Path) -> bool:
 
 
 # ---- the generated split --------------------------------------------------------------------------------------
-def cache_root() -> Path:
-    """Where agentgym caches built data (``$AGENTGYM_CACHE``, ``$XDG_CACHE_HOME/agentgym``, ``~/.cache/agentgym``)."""
-    if os.environ.get("AGENTGYM_CACHE"):
-        return Path(os.environ["AGENTGYM_CACHE"]).expanduser()
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "agentgym"
-    return Path("~/.cache/agentgym").expanduser()
-
-
 def generated_dir() -> Path:
     from .generate import GENERATOR_VERSION
 

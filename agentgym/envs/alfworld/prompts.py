@@ -5,6 +5,12 @@ observation, the admissible actions, and the ``<think>``/``<action>`` instructio
 ``k`` few-shot trajectories of the task's family from ReAct's ``alfworld.json`` (Yao et al., staged under
 ``alfworld/prompts/``). Those transcripts were recorded with the older ALFWorld grammar ("put X in/on Y"); this engine
 (alfworld 0.4.2) says "move X to Y", so :func:`react_examples` rewrites those two phrases to the engine's wording.
+
+The ReAct files are data, not shipped with agentgym: ``alfworld/prompts/react_alfworld.json`` (1-2 examples) and
+``react_alfworld_3prompts.json`` (3), i.e. ReAct's ``prompts/alfworld.json`` and ``prompts/alfworld_3prompts.json``
+(github.com/ysymyth/ReAct), found by :func:`agentgym.data.find_data` (``$AGENTGYM_DATA/alfworld/prompts/`` or the
+staged shared data). Without them, asking for examples raises :class:`~agentgym.errors.DataNotFoundError` naming the
+places tried and where to get the file; the env checks this when it is built with ``react_examples > 0``.
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ import re
 from functools import lru_cache
 
 from ...data import find_data
+from ...errors import DataNotFoundError
 from ...prompts import PromptTemplate
 from .scenes import FAMILIES
 
-__all__ = ["ALFWORLD_TEMPLATE", "react_examples", "REACT_PREFIX"]
+__all__ = ["ALFWORLD_TEMPLATE", "react_examples", "react_file_name", "REACT_PREFIX"]
 
 _HEAD = "You are an expert agent operating in the ALFRED Embodied Environment. Your task is to: {task}\n"
 _TAIL = ("Your admissible actions of the current situation are: [{admissible_actions}].\n\n"
@@ -41,9 +48,25 @@ _PUT_CMD = re.compile(r"^>\s*put (.+?) in/on (.+)$", re.M)
 _PUT_FEEDBACK = re.compile(r"You put the (.+?) in/on the (.+?)\.")
 
 
+#: agentgym's name of each ReAct prompt file -> its path in ReAct's repository.
+_REACT_SOURCE = {"react_alfworld.json": "prompts/alfworld.json",
+                 "react_alfworld_3prompts.json": "prompts/alfworld_3prompts.json"}
+
+
 @lru_cache(maxsize=4)
 def _react_file(name: str) -> dict:
-    return json.loads(find_data(f"alfworld/prompts/{name}").read_text())
+    try:
+        path = find_data(f"alfworld/prompts/{name}")
+    except DataNotFoundError as e:
+        raise DataNotFoundError(f"ReAct few-shot examples need ReAct's {_REACT_SOURCE[name]} (github.com/ysymyth/"
+                                f"ReAct) saved as $AGENTGYM_DATA/alfworld/prompts/{name}; or use react_examples=0. "
+                                f"{e}") from None
+    return json.loads(path.read_text())
+
+
+def react_file_name(k: int) -> str:
+    """The prompt file that holds ``k`` examples per family."""
+    return "react_alfworld.json" if k <= 2 else "react_alfworld_3prompts.json"
 
 
 def react_examples(family: str, k: int = 2, *, style: str = "react") -> str:
@@ -54,7 +77,7 @@ def react_examples(family: str, k: int = 2, *, style: str = "react") -> str:
         raise ValueError("style must be 'react' or 'act'")
     if not 1 <= k <= 3:
         raise ValueError("k must be 1, 2 or 3")
-    data = _react_file("react_alfworld.json" if k <= 2 else "react_alfworld_3prompts.json")
+    data = _react_file(react_file_name(k))
     parts = []
     for i in range(k):
         text = data[f"{style}_{REACT_PREFIX[family]}_{i}"]
