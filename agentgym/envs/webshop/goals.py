@@ -12,9 +12,15 @@ shuffles the list. This is verl-agent's order (``random.seed(seed)`` at env cons
 ``goal_list(catalog, seed)`` equals the goal list of a verl-agent WebShop worker built with ``seed``; it uses its own
 ``random.Random``, never the global one.
 
-**Splits** (of the seed-0 list, :data:`SPLIT_RANGES`): ``test`` = goals 0-499, ``train`` = 500-6,909, ``all`` =
-both. Test never contains a train goal, but the two share products (about 128 products make up the first 500
-goals). verl-agent's own "test" is a per-worker reshuffle (train workers seed ``0 + i // group_n``, validation
+**Splits** (of the seed-0 list, :data:`SPLIT_RANGES`): ``test`` = goals 0-499, ``train`` = 500-6,909 less the
+goals whose content (:func:`goal_content`: asin, instruction, attributes, options, price bound) equals a test goal's,
+``all`` = every goal. The indices stay those of the global list (``ws0-k`` is goal ``k`` whatever the split), so the
+exclusion only leaves ids out of ``train``. It is needed because WebShop's goal list repeats itself: a product whose
+option list repeats a value (B099WH1RTM's size ``12x18 inch``, B08G14B779's ``26 inch x 10 inch``) yields the same
+goal twice, 9 pairs in the seed-0 list; two pairs straddle the split (test goals 33 and 85 = goals 4,933 and 5,641),
+so ``train`` has 6,408 goals. The other 7 pairs lie inside ``train`` and stay, as in WebShop (those goals count
+twice there). Test and train still share products (about 128 products make up the first 500 goals).
+verl-agent's own "test" is a per-worker reshuffle (train workers seed ``0 + i // group_n``, validation
 workers ``1000 + i``) that overlaps training; pass ``goal_seed`` to the env to reproduce one worker's list, and see
 :func:`verl_agent_worker_seed`, :func:`verl_agent_goal_indices` and the env's ``verl-agent-val`` split. (This is
 verl-agent at ``796ed310``, the version behind the GiGPO numbers; later verl-agent versions hand worker 0's list to
@@ -35,11 +41,12 @@ from .catalog import Catalog
 
 __all__ = ["WebShopGoal", "PRICE_RANGE", "product_prices", "synthetic_goals", "human_goals", "goal_list",
            "SPLIT_RANGES", "split_indices", "verl_agent_worker_seed", "verl_agent_goal_indices",
-           "verl_agent_val_tasks", "session_prices", "get_goal", "NO_PRICE_BOUND"]
+           "verl_agent_val_tasks", "session_prices", "get_goal", "goal_content", "NO_PRICE_BOUND"]
 
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]
 NO_PRICE_BOUND = 1000000
-#: split -> (first, last + 1) goal index of the seed-0 synthetic list; None = to the end.
+#: split -> (first, last + 1) goal index of the synthetic list; None = to the end (``train`` then drops the goals
+#: that repeat a test goal, see the module docstring).
 SPLIT_RANGES: dict[str, tuple[int, int | None]] = {"test": (0, 500), "train": (500, None), "all": (0, None)}
 
 
@@ -172,12 +179,27 @@ def get_goal(catalog: Catalog, seed: int, index: int, kind: str = "synthetic") -
     return goals[index]
 
 
-def split_indices(split: str, n_goals: int) -> range:
-    """The goal indices of a split of the synthetic list."""
+def goal_content(goal: WebShopGoal) -> tuple:
+    """What makes two goals the same task: asin, instruction, attributes, options and price bound (not the index)."""
+    opts = goal.goal_options
+    opts = tuple(sorted(opts.items())) if isinstance(opts, dict) else tuple(opts)
+    return goal.asin, goal.instruction, goal.attributes, opts, goal.price_upper
+
+
+@lru_cache(maxsize=64)
+def split_indices(split: str, catalog: Catalog, seed: int = 0) -> tuple[int, ...]:
+    """The goal indices of a split of the ``seed`` synthetic list; ``train`` leaves out goals equal in content to a
+    test goal, so that test is held out (module docstring)."""
     if split not in SPLIT_RANGES:
         raise TaskError(f"unknown WebShop split {split!r}; choose from {sorted(SPLIT_RANGES) + ['human']}")
+    goals = goal_list(catalog, seed)[0]
     lo, hi = SPLIT_RANGES[split]
-    return range(lo, n_goals if hi is None else min(hi, n_goals))
+    indices = range(lo, len(goals) if hi is None else min(hi, len(goals)))
+    if split != "train":
+        return tuple(indices)
+    lo_test, hi_test = SPLIT_RANGES["test"]
+    test = {goal_content(g) for g in goals[lo_test:hi_test]}
+    return tuple(i for i in indices if goal_content(goals[i]) not in test)
 
 
 def verl_agent_worker_seed(worker: int, *, validation: bool = False, group_n: int = 8, env_seed: int = 0) -> int:
