@@ -16,8 +16,8 @@ pytestmark = pytest.mark.skipif(not _ok, reason=f"τ² airline data not availabl
 
 if _ok:
     from agentgym.envs.tau_airline.db import EpisodeDB
-    from agentgym.envs.tau_airline.tasks import WRITE_TOOLS, load_domain
-    from agentgym.envs.tau_airline.tools import TOOLS, call_tool, openai_tools
+    from agentgym.envs.tau_airline.tasks import CATEGORIES, WRITE_TOOLS, load_domain
+    from agentgym.envs.tau_airline.tools import call_tool, openai_tools
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,15 @@ def test_domain_counts_and_categories(domain):
     cats = {}
     for t in domain.tasks.values():
         cats[t.category] = cats.get(t.category, 0) + 1
-    assert cats == {"state_change": 26, "info_only": 16, "no_action": 7, "transfer": 1}
+    assert cats == {"state_change": 26, "info_only": 1, "no_action": 22, "transfer": 1}
+    # Information-only means an output to communicate; read-only look-ups before a refusal are no_action.
+    assert [t.task_id for t in domain.tasks.values() if t.category == "info_only"] == ["3"]
+    refusals = [t for t in domain.tasks.values() if t.category == "no_action" and t.gold_actions]
+    assert len(refusals) == 15 and all(not t.communicate_info for t in refusals)
+    assert all(a.name.startswith(("get_", "search_")) for t in refusals for a in t.gold_actions)
+    split_cats = {s: sorted(domain.tasks[i].category for i in ids) for s, ids in domain.splits.items()}
+    assert [split_cats["test"].count(c) for c in CATEGORIES] == [13, 0, 1, 6]
+    assert [split_cats["train"].count(c) for c in CATEGORIES] == [13, 1, 0, 16]
     assert "policy" in domain.policy.lower()
 
 

@@ -18,7 +18,9 @@ tag is an invalid action, as the agentgym contract requires (the model must say 
 
 The episode terminates when the user stops (``###STOP###``, ``###TRANSFER###``, ``###OUT-OF-SCOPE###``) or the agent
 does; its reward arrives on that step: τ²'s reward (:mod:`.reward`), 1 when the final DB equals the gold DB and the
-required information was communicated. Running out of ``max_turns`` truncates with reward 0, as in τ².
+required information was communicated. Running out of ``max_turns`` truncates with reward 0, as in τ². As τ²'s
+orchestrator does (``max_errors=10``), the ``max_errors``-th failed tool call (invalid, or refused by the domain)
+ends the episode at once, terminated with reason ``too_many_errors`` and reward 0.
 ``info`` adds ``category`` (:mod:`.tasks`), ``speaker`` (``tool``/``user``/``agent``/None), ``tool_name`` and
 ``reward_info`` (every reward component, once the episode has ended).
 
@@ -114,6 +116,7 @@ class TauAirlineEnv(AgentEnv):
             dict, or a callable ``messages -> str``.
         history_length: turns of history in :meth:`prompt`; the default shows the whole conversation (50 =
             ``max_turns``), since the agent needs what the user said and what the tools returned earlier.
+        max_errors: end the episode (reward 0) at this many failed tool calls, τ²'s ``max_errors`` (10); None: never.
         max_turns, invalid_action_penalty, render_mode: see :class:`~agentgym.core.AgentEnv`.
     """
 
@@ -122,12 +125,16 @@ class TauAirlineEnv(AgentEnv):
 
     def __init__(self, split: str = "test", *, data_dir: str | Path | None = None, user: Any = "scripted",
                  max_turns: int = 50, invalid_action_penalty: float = 0.0, history_length: int = 50,
-                 render_mode: str | None = None):
+                 max_errors: int | None = 10, render_mode: str | None = None):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
                          history_length=history_length, render_mode=render_mode)
         if split not in SPLITS:
             raise TaskError(f"unknown TauAirline split {split!r}; choose from {list(SPLITS)}")
+        if max_errors is not None and int(max_errors) < 1:
+            raise ValueError(f"max_errors must be >= 1 or None, got {max_errors!r}")
         self.split = split
+        self.max_errors = None if max_errors is None else int(max_errors)
+        self.num_errors = 0
         self.domain: Domain = load_domain(data_dir)
         self.user: UserSimulator = make_user(user)
         self.tools: list[dict] = openai_tools()
@@ -175,6 +182,7 @@ class TauAirlineEnv(AgentEnv):
         self.db = EpisodeDB(self.domain.db)
         self.calls, self.agent_messages = [], []
         self.gold_position = 0
+        self.num_errors = 0
         self.reward_info = None
         self._speaker, self._tool_name = "user", None
         first = self.user.start(task)
@@ -206,6 +214,17 @@ class TauAirlineEnv(AgentEnv):
 
     def _tool_step(self, body: str) -> StepOutcome:
         self._speaker = "tool"
+        outcome = self._run_tool(body)
+        if outcome.process_ok is False:
+            self.num_errors += 1  # τ² counts every tool message flagged as an error
+            if self.max_errors is not None and self.num_errors >= self.max_errors:
+                finished = self._finish("too_many_errors", f"{outcome.observation}\nThe conversation has ended "
+                                                           f"({self.num_errors} tool errors).")
+                return StepOutcome(finished.observation, reward=finished.reward, terminated=True,
+                                   valid=outcome.valid, process_ok=False, invalid_reason=outcome.invalid_reason)
+        return outcome
+
+    def _run_tool(self, body: str) -> StepOutcome:
         try:
             obj = json.loads(body)
         except json.JSONDecodeError as e:

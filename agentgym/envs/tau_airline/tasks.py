@@ -6,12 +6,21 @@ staged ``shared/data/tau2_airline``. The directory holds ``db.json``, ``tasks.js
 ``policy.md``.
 
 Each task keeps τ²'s id (``"0"`` .. ``"49"``), its user scenario, its gold actions and its evaluation criteria. Its
-*category* is derived from the gold actions (used for per-category success in eval grids):
+*category* is derived from the gold actions and outputs (:func:`categorize`; used for per-category success in eval
+grids), in this order:
 
-* ``state_change`` — some gold action writes to the database (book, cancel, update, send certificate);
-* ``transfer`` — no write, but the gold transfers the user to a human agent;
-* ``info_only`` — only read-only gold actions and/or information the agent must communicate;
-* ``no_action`` — no gold action and nothing to communicate (the agent must refuse or do nothing).
+* ``state_change`` — some gold action writes to the database (book, cancel, update, send certificate): 26 tasks;
+* ``transfer`` — no write, but the gold transfers the user to a human agent: 1 task;
+* ``info_only`` — information-only: no write, and the agent must communicate an output (``communicate_info``, the
+  answer to a question): 1 task (task 3: "4");
+* ``no_action`` — no write and nothing to communicate, whether or not the gold looks things up first: 22 tasks.
+  The right outcome is an unchanged database: refusals of what the policy forbids (a cancellation or refund the
+  user is not entitled to, unearned compensation, a forbidden change) and requests the user drops. 15 of them look
+  up the user or a reservation before refusing, 7 have no gold action. Read-only look-ups alone give the user no
+  information that τ² checks (it scores these tasks on the database only), so counting them as information-only
+  would make that category measure refusals.
+
+Splits: ``test`` has 13 / 1 / 0 / 6 (state_change / transfer / info_only / no_action), ``train`` 13 / 0 / 1 / 16.
 """
 
 from __future__ import annotations
@@ -100,12 +109,13 @@ class AirlineTask:
 
 
 def categorize(gold_actions: tuple[GoldAction, ...], communicate_info: tuple[str, ...]) -> str:
+    """The task's category from its gold actions and required outputs (see the module docstring)."""
     names = {a.name for a in gold_actions}
     if names & WRITE_TOOLS:
         return "state_change"
     if "transfer_to_human_agents" in names:
         return "transfer"
-    if names or communicate_info:
+    if communicate_info:
         return "info_only"
     return "no_action"
 

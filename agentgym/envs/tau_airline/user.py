@@ -17,6 +17,14 @@ putting a stop token in its message: ``###STOP###`` (done), ``###TRANSFER###`` (
   ``offline`` mode a cache miss raises :class:`ReplayMissError` instead of calling it.
 * :class:`OpenAIChat` is such a callable over any OpenAI-compatible ``/chat/completions`` endpoint, with the model,
   temperature and seed pinned; :func:`llm_user` wires it to a cache.
+
+**Trials share user turns.** The cache key is the model settings plus the conversation so far; it holds neither the
+trial nor the episode seed (the env never sees the trial). So whenever an agent repeats a conversation — a
+deterministic agent, or trials that happen to say the same thing — every trial gets the same user reply from the
+cache instead of a new draw. That is what τ² does with its default user (temperature 0, pinned seed), and what
+replay is for; with a user temperature above 0 it understates the user's run-to-run variance, so pass^k comes out
+optimistic. To draw fresh user turns per trial, run without a cache, or run each trial separately (its own grid)
+with its own ``cache_dir``.
 """
 
 from __future__ import annotations
@@ -160,7 +168,8 @@ class ChatUser(UserSimulator):
 
     Args:
         chat: the model; None is allowed only in offline replay.
-        cache: where user turns are stored and replayed from.
+        cache: where user turns are stored and replayed from (keyed by settings + conversation, not by trial:
+            see the module docstring).
         settings: what identifies the model in the cache key (model, temperature, seed...).
         offline: never call ``chat``; a cache miss raises :class:`ReplayMissError`.
         guidelines: the simulation guidelines (default: τ²'s file when found, else a summary).
