@@ -3,7 +3,9 @@
 An *episode* is ``(task_id, seed, trial)``: the env resets with ``seed`` and ``options={"task_id": task_id}``; a
 privileged policy draws from a generator seeded by ``(seed, digest(task_id), trial)``. Episodes already finished in the
 results file are skipped, so a killed run resumes where it stopped; each finished episode is appended and flushed
-at once.
+at once. Each row records the run's identity (policy, policy options, ``max_turns``, env kwargs); resuming a file
+whose rows of this env split were made with another identity raises
+:class:`~agentgym.eval.results.ResultsMismatchError` (see :mod:`.results`).
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..errors import TaskError
 from ..hashing import stable_digest
 from ..rollout.policy import EnvPolicy, Policy
 from ..rollout.backends import make_pool
 from ..rollout.runner import Trajectory, collect_groups, env_factory
-from .results import ResultsFile
+from .results import ResultsFile, run_identity
 
 __all__ = ["EvalGrid", "run_grid"]
 
@@ -46,21 +47,28 @@ class EvalGrid:
 
         env = agentgym.make(self.env_id, split=self.split, **self.env_kwargs)
         try:
-            ids = env.task_ids(self.episodes)
-        except TaskError:
-            raise
+            return list(env.task_ids(self.episodes))  # TaskError for an unbounded (generated) split without episodes
         finally:
             env.close()
-        return list(ids)
 
     def episodes_list(self) -> list[tuple[str, int, int]]:
         return [(t, int(s), k) for t in self.task_ids() for s in self.seeds for k in range(self.trials)]
 
 
 def run_grid(grid: EvalGrid, policy: Policy | EnvPolicy, out: str, *, policy_name: str = "",
+             policy_args: dict[str, Any] | None = None,
              progress: Callable[[int], None] | None = None) -> list[dict]:
-    """Play every unfinished episode of ``grid``; return the latest row of every episode of the grid."""
+    """Play every unfinished episode of ``grid``; return the latest row of every episode of the grid.
+
+    ``policy_name`` (default: the policy's ``__name__`` or class name) and ``policy_args`` (the options that change
+    its responses, such as the sampling temperature) are part of the run's identity, with the grid's ``max_turns``
+    and ``env_kwargs``. Raises :class:`~agentgym.eval.results.ResultsMismatchError` when ``out`` holds rows of this
+    env split made with another identity.
+    """
     results = ResultsFile(out)
+    name = policy_name or getattr(policy, "__name__", None) or type(policy).__name__
+    identity = run_identity(name, policy_args, grid.max_turns, grid.env_kwargs)
+    results.check_identity(grid.env_id, grid.split, identity)
     done = results.done_keys()
     episodes = grid.episodes_list()
     keys = {(grid.env_id, grid.split, t, s, k) for t, s, k in episodes}
@@ -77,20 +85,20 @@ def run_grid(grid: EvalGrid, policy: Policy | EnvPolicy, out: str, *, policy_nam
     pool = make_pool(env_factory(grid.env_id, env_kwargs, grid.max_turns), min(grid.chunk, len(todo)),
                      grid.workers, backend=grid.backend, address=grid.address)
     try:
-        _play_chunks(grid, policy, todo, results, policy_name, progress, pool, env_kwargs)
+        _play_chunks(grid, policy, todo, results, identity, progress, pool, env_kwargs)
     finally:
         pool.close()
     return [row for key, row in results.latest().items() if key in keys]
 
 
-def _play_chunks(grid, policy, todo, results, policy_name, progress, pool, env_kwargs) -> None:
+def _play_chunks(grid, policy, todo, results, identity, progress, pool, env_kwargs) -> None:
     for start in range(0, len(todo), grid.chunk):
         chunk = todo[start:start + grid.chunk]
         t0 = time.perf_counter()
 
         def record(traj: Trajectory, chunk=chunk, t0=t0) -> None:
             task_id, seed, trial = chunk[traj.group_id]
-            row = {"env_id": grid.env_id, "split": grid.split, "policy": policy_name, **traj.summary(),
+            row = {"env_id": grid.env_id, "split": grid.split, **traj.summary(), **identity,
                    "task_id": task_id, "seed": seed, "trial": trial,
                    "wall_s": round(time.perf_counter() - t0, 4)}
             row.pop("member", None)

@@ -3,6 +3,11 @@
 A row's *key* is ``(env_id, split, task_id, seed, trial)``. On resume, rows of episodes that finished without an
 error are kept and skipped; errored episodes are played again and the newer row wins. A torn last line (the run
 was killed mid-write) is ignored with a warning.
+
+Every row also records the *run identity* that made it (:data:`IDENTITY_FIELDS`: the policy, its result-affecting
+options, ``max_turns`` and the env kwargs). An env split in a results file belongs to one identity: resuming it
+with another one raises :class:`ResultsMismatchError` rather than skipping episodes that another configuration
+played (and reporting its rows as this run's). Use another results file for another configuration.
 """
 
 from __future__ import annotations
@@ -11,15 +16,34 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
-__all__ = ["ResultsFile", "episode_key"]
+from ..errors import AgentGymError
+
+__all__ = ["ResultsFile", "ResultsMismatchError", "episode_key", "IDENTITY_FIELDS", "run_identity"]
 
 logger = logging.getLogger(__name__)
+
+#: The row fields that name the configuration a run was made with.
+IDENTITY_FIELDS = ("policy", "policy_args", "max_turns", "env_kwargs")
+
+
+class ResultsMismatchError(AgentGymError):
+    """A results file already holds rows of the same env split made with another run configuration."""
+
+    kind = "results_mismatch"
 
 
 def episode_key(row: dict) -> tuple:
     return (row["env_id"], row["split"], str(row["task_id"]), int(row["seed"]), int(row["trial"]))
+
+
+def run_identity(policy: str, policy_args: dict | None, max_turns: int | None, env_kwargs: dict | None) -> dict:
+    """The identity fields of a run, as they read back from JSON (tuples become lists; objects that JSON cannot
+    hold, such as a retriever passed in ``env_kwargs``, are recorded by their ``repr``)."""
+    ident = {"policy": policy, "policy_args": dict(policy_args or {}), "max_turns": max_turns,
+             "env_kwargs": dict(env_kwargs or {})}
+    return json.loads(json.dumps(ident, sort_keys=True, default=repr))
 
 
 class ResultsFile:
@@ -52,6 +76,20 @@ class ResultsFile:
 
     def done_keys(self) -> set[tuple]:
         return {k for k, row in self.latest().items() if row.get("error") is None}
+
+    def check_identity(self, env_id: str, split: str, identity: dict[str, Any]) -> None:
+        """Raise :class:`ResultsMismatchError` when rows of ``env_id``/``split`` were made with another identity
+        (rows written before identities were recorded count as another one)."""
+        for row in self.read():
+            if row.get("env_id") != env_id or row.get("split") != split:
+                continue
+            theirs = {f: row.get(f) for f in IDENTITY_FIELDS}
+            if theirs != identity:
+                diff = ", ".join(f"{f}: {theirs[f]!r} there, {identity[f]!r} now" for f in IDENTITY_FIELDS
+                                 if theirs[f] != identity[f])
+                raise ResultsMismatchError(
+                    f"{self.path} already holds {env_id}/{split} episodes of another run configuration ({diff}); "
+                    "resuming would mix the two. Use another --out file for this configuration")
 
     def append(self, rows: Iterable[dict]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

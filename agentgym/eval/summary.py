@@ -1,4 +1,5 @@
-"""Summary tables of results rows: success rate, mean score, mean turns (mean ± standard error) per family.
+"""Summary tables of results rows: success rate, mean score, mean reward, mean turns (mean ± standard error) per
+family, and the mean of each episode metric an env reports (a row's ``metrics``, e.g. WikiSearch's ``em`` and ``f1``).
 
 Errored episodes are counted in ``errors`` and left out of every mean: an environment failure is not a score.
 
@@ -17,7 +18,7 @@ import re
 from math import comb
 from typing import Sequence
 
-__all__ = ["ordered", "summarize", "format_table", "pass_hat_k", "pass_k_curve", "format_pass_k", "scenario_goal_completion"]
+__all__ = ["ordered", "metric_names", "summarize", "format_table", "pass_hat_k", "pass_k_curve", "format_pass_k", "scenario_goal_completion"]
 
 
 def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
@@ -39,21 +40,38 @@ def ordered(values, order: Sequence[str] = ()) -> list[str]:
     return sorted(values, key=lambda v: (rank.get(v, len(rank)), natural(v) if v not in rank else []))
 
 
+def metric_names(rows: Sequence[dict]) -> list[str]:
+    """The episode metrics (``row["metrics"]`` keys) of ``rows``, in order of first appearance."""
+    names: dict[str, None] = {}
+    for r in rows:
+        names.update(dict.fromkeys(r.get("metrics") or {}))
+    return list(names)
+
+
 def summarize(rows: Sequence[dict], by: str = "family", order: Sequence[str] = ()) -> list[dict]:
-    """One summary dict per value of ``by`` (``order`` first, then natural order), then an ``All`` row."""
+    """One summary dict per value of ``by`` (``order`` first, then natural order), then an ``All`` row.
+
+    ``reward`` is the mean total reward of an episode (τ-bench's average reward); each episode metric adds
+    ``<name>`` and ``<name>_se`` (over the clean episodes that report it)."""
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(str(r.get(by, "all")), []).append(r)
+    metrics = metric_names(rows)
     out = []
     for name in ordered(groups, order) + ["All"]:
         rs = rows if name == "All" else groups[name]
         ok = [r for r in rs if r.get("error") is None]
         sr, sr_se = _mean_se([float(bool(r["won"])) for r in ok])
         sc, sc_se = _mean_se([float(r["score"]) for r in ok])
+        rw, rw_se = _mean_se([float(r["total_reward"]) for r in ok if r.get("total_reward") is not None])
         tu, tu_se = _mean_se([float(r["turns"]) for r in ok])
-        out.append({by: name, "episodes": len(ok), "errors": len(rs) - len(ok), "wins": sum(bool(r["won"]) for r in ok),
-                    "success": sr, "success_se": sr_se, "score": sc, "score_se": sc_se,
-                    "turns": tu, "turns_se": tu_se})
+        s = {by: name, "episodes": len(ok), "errors": len(rs) - len(ok), "wins": sum(bool(r["won"]) for r in ok),
+             "success": sr, "success_se": sr_se, "score": sc, "score_se": sc_se, "turns": tu, "turns_se": tu_se,
+             "reward": rw, "reward_se": rw_se}
+        for m in metrics:
+            s[m], s[f"{m}_se"] = _mean_se([float(r["metrics"][m]) for r in ok
+                                           if (r.get("metrics") or {}).get(m) is not None])
+        out.append(s)
     return out
 
 
@@ -68,10 +86,17 @@ def format_table(summary: list[dict], fmt: str = "markdown", by: str = "family")
         return buf.getvalue()
     if fmt != "markdown":
         raise ValueError(f"unknown table format {fmt!r}: markdown, csv or json")
-    lines = [f"| {by} | episodes | wins | success (%) | score | turns | errors |", "|---|---:|---:|---:|---:|---:|---:|"]
+    base = {by, "episodes", "errors", "wins", "success", "success_se", "score", "score_se", "turns", "turns_se",
+            "reward", "reward_se"}
+    metrics = [k for k in summary[0] if k not in base and not k.endswith("_se")]
+    lines = [f"| {by} | episodes | wins | success (%) | score | reward | turns | "
+             + "".join(f"{m} | " for m in metrics) + "errors |",
+             "|---|" + "---:|" * (7 + len(metrics))]
     for s in summary:
         lines.append(f"| {s[by]} | {s['episodes']} | {s['wins']} | {100 * s['success']:.1f} ± {100 * s['success_se']:.1f} "
-                     f"| {s['score']:.3f} ± {s['score_se']:.3f} | {s['turns']:.2f} ± {s['turns_se']:.2f} | {s['errors']} |")
+                     f"| {s['score']:.3f} ± {s['score_se']:.3f} | {s['reward']:.3f} ± {s['reward_se']:.3f} "
+                     f"| {s['turns']:.2f} ± {s['turns_se']:.2f} | "
+                     + "".join(f"{s[m]:.3f} ± {s[m + '_se']:.3f} | " for m in metrics) + f"{s['errors']} |")
     return "\n".join(lines)
 
 

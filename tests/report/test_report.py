@@ -17,9 +17,11 @@ from agentgym.rollout.policy import OraclePolicy, RandomPolicy
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("runs")
-    grid = EvalGrid(env_id="TextCraft-v0", split="gen-depth1", episodes=8, seeds=(0, 1), trials=2, max_turns=25)
-    run_grid(grid, OraclePolicy(), d / "oracle.jsonl", policy_name="oracle")
-    run_grid(grid, RandomPolicy(), d / "random.jsonl", policy_name="random")
+    for depth in (1, 2, 3):  # one family per depth: the per-family bars have three families and All
+        grid = EvalGrid(env_id="TextCraft-v0", split=f"gen-depth{depth}", episodes=8, seeds=(0, 1), trials=2,
+                        max_turns=30)
+        run_grid(grid, OraclePolicy(), d / "oracle.jsonl", policy_name="oracle")
+        run_grid(grid, RandomPolicy(), d / "random.jsonl", policy_name="random")
     log = d / "train.jsonl"
     with open(log, "w") as fh:  # the shape of an `agentgym train` log: one row per step and estimator
         for est in ("grpo", "gigpo"):
@@ -34,25 +36,28 @@ def runs(tmp_path_factory):
     return d
 
 
-def test_pass_hat_k_matches_the_definition_and_tau_helper():
+def test_pass_hat_k_matches_the_definition_and_is_the_tau_helper():
     from agentgym.envs.tau_airline.metrics import pass_hat_k as tau_pass_hat_k
+
+    assert tau_pass_hat_k is pass_hat_k  # one implementation of τ-bench's pass^k
 
     rows = [{"task_id": "a", "won": w, "error": None} for w in (1, 1, 1, 0)] + \
            [{"task_id": "b", "won": 1, "error": None} for _ in range(4)] + \
            [{"task_id": "b", "won": 0, "error": {"kind": "env_crash"}}]
     assert pass_hat_k(rows, 1) == pytest.approx((0.75 + 1) / 2)
     assert pass_hat_k(rows, 2) == pytest.approx((3 / 6 + 1) / 2)  # C(3,2)/C(4,2) for a; errors are not trials
-    assert pass_k_curve(rows) == {k: pytest.approx(tau_pass_hat_k(rows, k)) for k in range(1, 5)}
+    assert pass_hat_k(rows, 4) == pytest.approx((0 + 1) / 2) and list(pass_k_curve(rows)) == [1, 2, 3, 4]
     assert list(pass_k_curve(rows, 6)) == [1, 2, 3, 4, 5, 6] and pass_k_curve(rows, 6)[5] != pass_k_curve(rows, 6)[5]
 
 
 def test_markdown_compares_runs_side_by_side(runs):
     a, b = load_run(str(runs / "oracle.jsonl")), load_run(f"rand={runs / 'random.jsonl'}")
-    assert (a.label, a.kind, b.label, len(b.rows)) == ("oracle", "results", "rand", 32)
+    assert (a.label, a.kind, b.label, len(b.rows)) == ("oracle", "results", "rand", 96)
     md = report_markdown([a, b], max_k=3)
-    assert "| family | oracle | rand |" in md and "| depth1 | 100.0 ± 0.0 (32) |" in md
-    rand = breakdown(b.rows, "family")["depth1"]
-    assert f"{100 * rand['success']:.1f} ± {100 * rand['se']:.1f} (32)" in md
+    assert "| family | oracle | rand |" in md
+    for fam in ("depth1", "depth2", "depth3"):
+        rand = breakdown(b.rows, "family")[fam]
+        assert f"| {fam} | 100.0 ± 0.0 (32) | {100 * rand['success']:.1f} ± {100 * rand['se']:.1f} (32) |" in md
     assert "## pass^k over seeds x trials" in md and "| 3 | 100.0 |" in md
     assert turns_to_success(a.rows) and min(turns_to_success(a.rows)) >= 1
 
@@ -66,10 +71,20 @@ def test_figure_has_bars_with_error_bars_for_each_run(runs, tmp_path):
     fig = plot_report(rs, out)
     bars_ax = fig.axes[0]
     assert bars_ax.get_title() == "success by family (± SE)"
-    assert sum(isinstance(c, BarContainer) for c in bars_ax.containers) == 2
+    # One group of bars per family, in order, then All; one bar per run in each group, in the runs' order.
+    families = ["depth1", "depth2", "depth3", "All"]
+    assert [t.get_text() for t in bars_ax.get_xticklabels()] == families
+    assert [t.get_text() for t in bars_ax.get_legend().get_texts()] == ["oracle", "random"]
+    bars = [c for c in bars_ax.containers if isinstance(c, BarContainer)]
+    assert len(bars) == 2 and [len(c) for c in bars] == [4, 4]
     assert sum(isinstance(c, ErrorbarContainer) for c in bars_ax.containers) == 2
-    heights = [[p.get_height() for p in c] for c in bars_ax.containers if isinstance(c, BarContainer)]
-    assert heights[0] == [100.0, 100.0]  # oracle: depth1, All
+    centers = [[p.get_x() + p.get_width() / 2 for p in c] for c in bars]
+    assert all(o < r for o, r in zip(*centers))  # oracle left of random within each family's group
+    assert centers[0] == sorted(centers[0]) and all(r < o for r, o in zip(centers[1], centers[0][1:]))
+    rand = breakdown(rs[1].rows, "family")
+    assert [p.get_height() for p in bars[0]] == [100.0] * 4
+    assert [p.get_height() for p in bars[1]] == pytest.approx([100 * rand[f]["success"] for f in families])
+    assert len({round(rand[f]["success"], 6) for f in families[:3]}) > 1  # the families' bars differ
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
     assert {"pass^k over seeds x trials", "turns to success", "reward", "success",
             "diagnostics/adv_std"} <= set(titles)
