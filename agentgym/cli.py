@@ -1,12 +1,15 @@
 """The ``agentgym`` command line.
 
     agentgym list
-    agentgym eval ENV_ID --split S --policy P [--episodes N] [--seeds 0,1] [--trials T] --out results.jsonl
+    agentgym eval ENV_ID --split S --policy P [--episodes N] [--seeds 3|0,5,7|0-2|5,] [--trials T] --out results.jsonl
                   [--backend sequential|process|ray [--address ADDR]] [--workers N] [--pass-k K]
+                  --seeds 3 = seeds 0,1,2; pass^1..T is printed by itself when --trials T >= 2; a results file
+                  made with another policy / --max-turns / --env-arg for the same split is refused (exit 2)
                   P: oracle | random | openai:MODEL [--base-url URL --api-key-env VAR ...] | hf:PATH | module:attr
     agentgym report RESULTS.jsonl... [--by family,depth] [--plot FILE.png|FILE.svg]   (plots need matplotlib)
     agentgym retrieval build|serve|search ...     (needs the retrieval extra)
     agentgym alfworld generate --out DIR --n N --seed S
+    agentgym webshop prepare [--data DIR]        (builds WebShop's noun table; needs the webshop-nlp extra)
     agentgym appworld setup [--root DIR]
     agentgym train --env ENV --estimator NAME --model PATH ...   (needs the trl extra)
 
@@ -27,6 +30,7 @@ __all__ = ["main"]
 _DELEGATED = {
     "retrieval": ("retrieval.cli", "retrieval"),
     "alfworld": ("agentgym.envs.alfworld.generate", "alfworld"),
+    "webshop": ("agentgym.envs.webshop.prepare", "webshop-nlp"),
     "appworld": ("agentgym.envs.appworld.setup", None),
     "train": ("adapters.train", "trl"),
 }
@@ -57,14 +61,24 @@ def _cmd_list(args) -> int:
 
 
 def _parse_seeds(text: str) -> list[int]:
-    seeds: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        if "-" in part[1:]:
-            a, b = part.split("-", 1)
-            seeds.extend(range(int(a), int(b) + 1))
-        elif part:
-            seeds.append(int(part))
+    """``N`` (a bare count): seeds 0..N-1, as in ``--seeds 3``. Otherwise a comma list of seeds and ``A-B`` ranges
+    (inclusive): ``0,5,7``, ``2-4``, ``0-2,9``; one explicit seed is ``5,`` (or ``5-5``)."""
+    text = text.strip()
+    try:
+        if text.isdigit():
+            if int(text) < 1:
+                raise argparse.ArgumentTypeError("a seed count must be >= 1 (one explicit seed is written '5,')")
+            return list(range(int(text)))
+        seeds: list[int] = []
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            a, dash, b = part.partition("-")
+            lo, hi = int(a), int(b) if dash else int(a)
+            if lo < 0 or hi < lo:
+                raise argparse.ArgumentTypeError(f"bad seed range {part!r}: want A-B with 0 <= A <= B")
+            seeds.extend(range(lo, hi + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad --seeds {text!r}: a count (3), a list (0,5,7), ranges (0-2) or one "
+                                         "seed (5,)") from None
     if not seeds:
         raise argparse.ArgumentTypeError("no seeds given")
     return seeds
@@ -85,7 +99,7 @@ def _cmd_eval(args) -> int:
     if not ok:
         print(f"error: {args.env_id} split {split!r} is not available here: {why}", file=sys.stderr)
         return 2
-    from .errors import AgentGymError
+    from .errors import AgentGymError, TaskError
 
     try:
         policy = load_policy(args.policy, **_policy_options(args))
@@ -99,12 +113,19 @@ def _cmd_eval(args) -> int:
     grid = EvalGrid(env_id=args.env_id, split=split, episodes=args.episodes, seeds=args.seeds, trials=args.trials,
                     env_kwargs=env_kwargs, max_turns=args.max_turns, workers=args.workers, backend=args.backend,
                     address=args.address)
-    total = len(grid.episodes_list())
-    bar = _progress_bar(total, f"{args.env_id}/{split}")
     try:
-        rows = run_grid(grid, policy, args.out, policy_name=args.policy, progress=bar.update)
+        total = len(grid.episodes_list())
+        bar = _progress_bar(total, f"{args.env_id}/{split}")
+        try:
+            rows = run_grid(grid, policy, args.out, policy_name=args.policy, policy_args=_identity_options(args),
+                            progress=bar.update)
+        finally:
+            bar.close()
+    except AgentGymError as e:  # a generated split without --episodes, a results file of another configuration
+        hint = " (--episodes N)" if isinstance(e, TaskError) and args.episodes is None else ""
+        print(f"error: {e}{hint}", file=sys.stderr)
+        return 2
     finally:
-        bar.close()
         if hasattr(policy, "close"):
             policy.close()
     order = entry.family_order if args.by == "family" else ()
@@ -116,11 +137,14 @@ def _cmd_eval(args) -> int:
     if sgc is not None:  # AppWorld: TGC is the success rate above; SGC needs every task of a scenario won
         print(f"\nTGC (task goal completion): {100 * summarize(rows, by=args.by)[-1]['success']:.1f}%   "
               f"SGC (scenario goal completion): {100 * sgc[0]:.1f}% of {sgc[1]} scenarios")
-    if args.pass_k:
+    # τ-bench's pass^k over the trials comes by itself with repeated trials; --pass-k K asks for k up to K.
+    # (only into the markdown output: a csv/json table stays one parseable document unless asked for).
+    max_k = args.pass_k or (args.trials if args.trials >= 2 and args.format == "markdown" else 0)
+    if max_k:
         from .eval.summary import format_pass_k, pass_k_curve
 
         print()
-        print(format_pass_k(pass_k_curve(rows, args.pass_k)))
+        print(format_pass_k(pass_k_curve(rows, max_k)))
     errors = [r for r in rows if r.get("error") is not None]
     if errors:
         kinds: dict[str, int] = {}
@@ -138,6 +162,15 @@ def _policy_options(args) -> dict:
             "stop": args.stop, "seed": args.sampling_seed, "concurrency": args.concurrency,
             "timeout_s": args.request_timeout, "max_retries": args.max_retries, "backoff_s": args.retry_backoff, "system_prompt": args.system_prompt,
             "device": args.device, "dtype": args.dtype, "batch_size": args.batch_size}
+
+
+#: The policy flags that change what a policy answers: recorded in results rows, so a resume with other values is
+#: refused (transport settings such as --base-url, --concurrency or retries are not part of a run's identity).
+_IDENTITY_FLAGS = ("temperature", "top_p", "max_tokens", "stop", "sampling_seed", "system_prompt", "dtype")
+
+
+def _identity_options(args) -> dict:
+    return {k: getattr(args, k) for k in _IDENTITY_FLAGS if getattr(args, k) is not None}
 
 
 def _cmd_report(args) -> int:
@@ -180,8 +213,11 @@ def _build_parser() -> argparse.ArgumentParser:
     e.add_argument("--policy", default="oracle", help="oracle | random | openai:MODEL | hf:PATH | module:callable")
     e.add_argument("--episodes", type=int, default=None, help="first N tasks of the split (required for "
                                                                  "unbounded generated splits)")
-    e.add_argument("--seeds", type=_parse_seeds, default=[0], help="comma list or ranges, e.g. 0,1,5-7")
-    e.add_argument("--trials", type=int, default=1)
+    e.add_argument("--seeds", type=_parse_seeds, default=[0], help="a count N = seeds 0..N-1 (e.g. 3), or a comma "
+                                                                   "list with ranges (0,5,7 / 2-4 / 0-2,9); one "
+                                                                   "explicit seed: 5, (default: seed 0)")
+    e.add_argument("--trials", type=int, default=1, help="episodes per task and seed (pass^1..T is printed when "
+                                                         "T >= 2)")
     e.add_argument("--max-turns", type=int, default=None)
     e.add_argument("--workers", type=int, default=0, help="env worker processes / Ray actors (0 = in-process; with "
                                                           "--backend ray: one per CPU)")
@@ -189,7 +225,8 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="where the envs run (default: process when --workers > 0, else sequential)")
     e.add_argument("--address", default=None, help="Ray cluster address for --backend ray (default: start a local "
                                                    "Ray instance)")
-    e.add_argument("--pass-k", type=int, default=0, metavar="K", help="also print pass^1..K over seeds x trials")
+    e.add_argument("--pass-k", type=int, default=0, metavar="K", help="print pass^1..K over seeds x trials "
+                                                                     "(default: K = --trials when it is >= 2)")
     m = e.add_argument_group("model policies (openai:MODEL, hf:PATH)")
     m.add_argument("--base-url", default=None, help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
     m.add_argument("--api-key-env", default=None, help="name of the env var holding the API key "
@@ -198,7 +235,8 @@ def _build_parser() -> argparse.ArgumentParser:
     m.add_argument("--top-p", type=float, default=None)
     m.add_argument("--max-tokens", type=int, default=None, help="max new tokens per response")
     m.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
-    m.add_argument("--sampling-seed", type=int, default=None, help="seed sent with each request / for hf sampling")
+    m.add_argument("--sampling-seed", type=int, default=None, help="base sampling seed (openai:, hf:): each request's seed is derived from it, the episode and the "
+                   "turn, so group members and trials differ and a resumed run repeats a full one")
     m.add_argument("--system-prompt", default=None)
     m.add_argument("--concurrency", type=int, default=None, help="concurrent requests (openai:, default 8)")
     m.add_argument("--request-timeout", type=float, default=None, help="seconds per request attempt (default 120)")
@@ -209,7 +247,8 @@ def _build_parser() -> argparse.ArgumentParser:
     m.add_argument("--dtype", default=None, choices=("auto", "float32", "float16", "bfloat16"), help="hf: weights")
     m.add_argument("--batch-size", type=int, default=None, help="hf: prompts per generate call (default 8)")
     e.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="extra env kwarg (repeatable)")
-    e.add_argument("--out", default="results.jsonl")
+    e.add_argument("--out", default="results.jsonl", help="results JSONL: appended per episode, resumed on rerun; "
+                                                          "one run configuration per env split")
     e.add_argument("--format", choices=("markdown", "csv", "json"), default="markdown")
     e.add_argument("--by", default="family", help="results column to group the table by")
     r = sub.add_parser("report", help="compare results files (and train logs) side by side; optional plot")

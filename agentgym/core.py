@@ -12,12 +12,14 @@ An :class:`AgentEnv` is a ``gymnasium.Env[str, str]`` for one multi-turn text ta
   see ``action_tags``). A response that does not parse, or a command the env does not understand, never raises:
   the observation says what was wrong, ``info["action_valid"]`` is False, and ``invalid_action_penalty`` is
   subtracted from the reward (0 by default, so rewards are the benchmark's own; estimators can apply the penalty
-  from the ``valid_action`` column instead — use one or the other).
+  from the ``valid_action`` column instead — use one or the other). A well-formed command that cannot be carried
+  out (a craft without its ingredients, an inadmissible move) keeps ``action_valid`` True and sets ``process_ok``
+  or ``action_admissible`` False. Whenever one of these three flags a step, ``info["invalid_reason"]`` says why.
 * **terminated** means the task reached a natural end (won, or lost for good); **truncated** means the turn budget
   ``max_turns`` ran out first. Never both. Stepping a finished episode raises ``RuntimeError``: call reset.
 * **info** carries the keys of :class:`StepInfo` on every reset and step (see there for what each means).
 * **Errors.** Failures that are not the agent's fault raise :class:`~agentgym.errors.AgentGymError` subclasses;
-  runners turn them (and any other exception) into typed error records, never into a reward of 0.
+  runners turn them (and any other ``Exception``) into typed error records, never into a reward of 0.
 
 Subclasses implement ``_select_task``, ``_start``, ``_execute`` and ``_prompt_fields`` and may override
 ``admissible_actions``, ``_anchor_text``, ``oracle_action`` and ``random_action``.
@@ -59,7 +61,8 @@ class StepInfo(TypedDict):
         action_admissible: whether it is in the admissible list; None where the env has no such list.
         admissible_actions: the admissible actions for the *next* step, or None where the env has no list.
         process_ok: the env's verdict on this step's execution (e.g. the craft succeeded); None where it has none.
-        invalid_reason: why the action was invalid or failed, for logging; None when it went through.
+        invalid_reason: why the action was invalid or failed, for logging (set whenever ``action_valid``,
+            ``process_ok`` or ``action_admissible`` is False); None when it went through.
         won: the task is solved.
         score: the benchmark's score in [0, 1] (1.0 for a win in binary tasks).
         progress: fraction of required subgoals reached, or None where the env cannot tell.

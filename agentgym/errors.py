@@ -7,8 +7,13 @@ Two kinds of things go wrong in an agent episode, and agentgym keeps them apart:
   ``info["action_valid"]`` / ``info["process_ok"]`` flag it, and the env's invalid-action penalty applies.
 * **Failures of the environment or the harness** (an engine crash, a missing data file, a policy that raised, a
   timeout) are not the agent's fault and must never look like a reward of 0. They are :class:`AgentGymError`
-  subclasses. Inside an episode the runner catches them (and any other exception from the env) and records a
+  subclasses. Inside an episode the runner catches them (and any other ``Exception`` from the env) and records a
   typed :class:`ErrorRecord` on the trajectory and in results files; such episodes are *marked*, not scored.
+* **Agent code that breaks its sandbox** (an env that runs the agent's code in a process of its own, AppWorld-v0:
+  a cell that kills or hangs that process, or leaves a damaged saved state) is the agent's mistake too, and is
+  *scored*: the episode ends as a failed task (reward 0, ``won`` False) and ``info["agent_failure"]`` holds an
+  :class:`ErrorRecord` of kind :data:`AGENT_CODE` saying what happened. It never raises, so an agent cannot turn a
+  failing episode into an unscored error row.
 
 ``ErrorRecord.kind`` is one of :data:`ERROR_KINDS`.
 """
@@ -28,6 +33,7 @@ __all__ = [
     "EpisodeTimeoutError",
     "ErrorRecord",
     "ERROR_KINDS",
+    "AGENT_CODE",
     "error_record",
 ]
 
@@ -79,6 +85,9 @@ class EpisodeTimeoutError(AgentGymError, TimeoutError):
     kind = "timeout"
 
 
+#: kind of the record in ``info["agent_failure"]``: the agent's own code broke its sandbox (a scored failure)
+AGENT_CODE = "agent_code"
+
 ERROR_KINDS = (
     "agentgym_error",
     "missing_dependency",
@@ -87,18 +96,21 @@ ERROR_KINDS = (
     "env_crash",
     "policy_error",
     "timeout",
+    AGENT_CODE,
 )
 
 
 @dataclass(frozen=True)
 class ErrorRecord:
-    """A JSON-serialisable record of a failure: what kind, where (``stage``), and the message."""
+    """A JSON-serialisable record of a failure: what kind, where (``stage``), the message, and ``details``: facts the
+    exception carries as a ``details`` dict (a failed policy request's attempts, latency and last HTTP status)."""
 
     kind: str
     stage: str
     message: str
     exception: str
     traceback: str = ""
+    details: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -110,4 +122,6 @@ def error_record(exc: BaseException, stage: str) -> ErrorRecord:
     if stage == "policy" and not isinstance(exc, AgentGymError):
         kind = "policy_error"
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=8))
-    return ErrorRecord(kind=kind, stage=stage, message=str(exc), exception=type(exc).__name__, traceback=tb)
+    details = getattr(exc, "details", None)
+    return ErrorRecord(kind=kind, stage=stage, message=str(exc), exception=type(exc).__name__, traceback=tb,
+                       details=dict(details) if isinstance(details, dict) else None)

@@ -2,9 +2,12 @@
 
 Models answer with free text such as ``<think>...</think><action>get 2 oak logs</action>``. An environment names
 the tag it reads (``action`` by default; ``search``, ``answer``, ``code`` or a tool-call tag elsewhere) and takes the
-body of the *first well-formed* occurrence: an opening tag followed later by its closing tag. Nested or unclosed
-tags do not parse. Parsing never raises: it returns a :class:`ParsedAction` whose ``body`` is ``None`` and whose
-``problem`` says why.
+body of the *first well-formed* occurrence. Well-formed: an opening tag (any letter case) followed by its closing
+tag with no other opening tag of the same name in between. So a tag is never read as nested: in
+``<action>a<action>b</action>`` the first well-formed occurrence is the inner ``<action>b</action>`` (body ``b``); an
+unclosed tag does not parse. Among several tag names the earliest occurrence wins. If that occurrence's body is
+blank, nothing parses (a later occurrence is not tried). Parsing never raises: it returns a :class:`ParsedAction`
+whose ``body`` is ``None`` and whose ``problem`` says why.
 """
 
 from __future__ import annotations

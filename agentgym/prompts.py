@@ -14,15 +14,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-__all__ = ["PromptTemplate", "format_history", "THINK_ACTION_INSTRUCTION"]
+__all__ = ["PromptTemplate", "format_history", "think_action_instruction", "THINK_ACTION_INSTRUCTION"]
 
-THINK_ACTION_INSTRUCTION = (
-    "Now it's your turn to take one action for the current step.\n"
-    "You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed "
-    "within <think> </think> tags.\n"
-    "Once you've finished your reasoning, choose an action and present it within <action> </action> tags. "
-    "Output exactly one action; do not chain multiple actions in one response."
-)
+
+def think_action_instruction(reasoning_about: str = "") -> str:
+    """The closing ``<think>``/``<action>`` instruction of Appendix J. ``reasoning_about`` is the env's clause of what
+    to reason about beyond "the current situation" (TextCraft: "what intermediate items you already have, and which
+    next recipe step brings you closest to the goal")."""
+    about = f"the current situation, {reasoning_about}" if reasoning_about else "the current situation"
+    return ("Now it's your turn to take one action for the current step.\n"
+            f"You should first reason step-by-step about {about}. This reasoning process MUST be enclosed within "
+            "<think> </think> tags.\n"
+            "Once you've finished your reasoning, choose an action and present it within <action> </action> tags. "
+            "Output exactly one action; do not chain multiple actions in one response.")
+
+
+#: The instruction without an env-specific reasoning clause.
+THINK_ACTION_INSTRUCTION = think_action_instruction()
 
 
 def format_history(pairs: Sequence[tuple[str, str]], start_step: int) -> str:

@@ -1,7 +1,8 @@
 """Env pools: where the environments of a rollout live.
 
 A pool holds ``n`` env *slots* and answers batched calls; every call returns one :class:`SlotResult` per request,
-holding either the value or an :class:`~agentgym.errors.ErrorRecord` (an exception never escapes a pool).
+holding either the value or an :class:`~agentgym.errors.ErrorRecord`: an ``Exception`` never escapes a pool, while
+``KeyboardInterrupt`` and ``SystemExit`` do (Ctrl-C stops a run instead of marking its episodes).
 
 * :class:`LocalPool` — every env in this process (``workers=0``).
 * :class:`ProcessPool` — slots spread over ``workers`` processes (``spawn`` start method), one pipe each; a batched
@@ -69,7 +70,7 @@ class _Slots:
             obs, info = env.reset(seed=seed, options=options)
             self.rngs[i] = np.random.default_rng(list(rng_seed))
             return SlotResult((obs, info, env.prompt(), env.task_metadata()))
-        except BaseException as e:  # noqa: BLE001 - every failure becomes a typed record
+        except Exception as e:  # noqa: BLE001 - every failure becomes a typed record; Ctrl-C and exit propagate
             return SlotResult(error=error_record(e, "reset"))
 
     def step(self, i: int, action: str) -> SlotResult:
@@ -79,7 +80,7 @@ class _Slots:
             done = terminated or truncated
             return SlotResult((obs, float(reward), bool(terminated), bool(truncated), info,
                                None if done else env.prompt()))
-        except BaseException as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001
             return SlotResult(error=error_record(e, "step"))
 
     def act(self, i: int, policy) -> SlotResult:
@@ -88,7 +89,7 @@ class _Slots:
             if not isinstance(response, str):
                 raise TypeError(f"{policy!r} returned {type(response).__name__}, not str")
             return SlotResult(response)
-        except BaseException as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001
             return SlotResult(error=error_record(e, "policy"))
 
     def close(self) -> None:
@@ -116,16 +117,22 @@ class LocalPool:
 
 
 def _worker(conn, factory, n: int) -> None:
+    # Env and policy exceptions come back as typed records (see _Slots). Ctrl-C reaches the whole process group: the
+    # driver raises KeyboardInterrupt itself, so the worker just stops; the driver reads a closed pipe as a dead worker.
     slots = _Slots(factory, n)
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            slots.close()
-            conn.close()
-            return
-        op, requests = msg
-        fn = getattr(slots, op)
-        conn.send([fn(*req) for req in requests])
+    try:
+        while True:
+            msg = conn.recv()
+            if msg is None:
+                return
+            op, requests = msg
+            fn = getattr(slots, op)
+            conn.send([fn(*req) for req in requests])
+    except (KeyboardInterrupt, EOFError):  # Ctrl-C, or the driver has gone
+        return
+    finally:
+        slots.close()
+        conn.close()
 
 
 class ProcessPool:

@@ -6,9 +6,12 @@ user=prompt]``, generation prompt added), else used as plain text; they are gene
 with left padding. ``device="auto"`` picks CUDA, then Apple MPS, then CPU; ``dtype="auto"`` is bfloat16 on CUDA
 (float16 if the GPU lacks bf16) and float32 elsewhere.
 
-Decoding is greedy unless ``temperature > 0``. Sampling is reproducible: with ``seed`` set, batch ``b`` of call ``c``
-draws under ``torch.random.fork_rng`` seeded with ``(seed, c, b)``, so the process-global torch generator is left
-untouched. ``transformers`` and ``torch`` are imported when the policy is built, never by ``import agentgym``.
+Decoding is greedy unless ``temperature > 0``. Sampling is reproducible with ``seed`` set: each prompt draws from its
+own ``torch.Generator`` seeded with :func:`~agentgym.rollout.policy.request_seeds` (a stable digest of ``seed`` and
+the prompt's episode and turn, which the runner passes as ``contexts``), so a prompt's sample depends neither on the
+call order, nor on the other prompts of its batch, nor on the process-global torch generator (left untouched): a
+resumed eval samples what an uninterrupted one would have. ``transformers`` and ``torch`` are imported when the policy
+is built, never by ``import agentgym``.
 Every answer is a :class:`~agentgym.rollout.openai_policy.PolicyResponse` with its token counts and latency.
 """
 
@@ -21,6 +24,7 @@ from typing import Sequence
 
 from ..errors import MissingDependencyError, PolicyError
 from .openai_policy import PolicyResponse
+from .policy import PromptContext, request_seeds
 
 __all__ = ["HFConfig", "HFPolicy", "pick_device"]
 
@@ -54,6 +58,7 @@ class HFConfig:
 
 
 def pick_device(torch, requested: str = "auto") -> str:
+    """``requested``, or for ``"auto"`` the first available of CUDA, Apple MPS and CPU."""
     if requested != "auto":
         return requested
     if torch.cuda.is_available():
@@ -98,7 +103,6 @@ class HFPolicy:
             tok.pad_token = tok.eos_token
         self.use_chat = bool(config.chat_template and getattr(tok, "chat_template", None))
         self.name = f"hf:{config.path}"
-        self._calls = 0
 
     def __repr__(self) -> str:
         return f"HFPolicy(path={self.config.path!r}, device={self.device!r}, dtype={self.dtype})"
@@ -110,37 +114,36 @@ class HFPolicy:
             [{"role": "user", "content": prompt}]
         return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
 
-    def __call__(self, prompts: Sequence[str]) -> list[PolicyResponse]:
-        call = self._calls
-        self._calls += 1
+    def __call__(self, prompts: Sequence[str],
+                 contexts: Sequence[PromptContext] | None = None) -> list[PolicyResponse]:
+        c = self.config
+        sampling = bool(c.temperature and c.temperature > 0)
+        seeds = request_seeds(c.seed, prompts, contexts) if sampling and c.seed is not None else None
         out: list[PolicyResponse] = []
-        bs = self.config.batch_size
-        for b, start in enumerate(range(0, len(prompts), bs)):
-            out.extend(self._generate(list(prompts[start:start + bs]), call, b))
+        bs = c.batch_size
+        for start in range(0, len(prompts), bs):
+            out.extend(self._generate(list(prompts[start:start + bs]),
+                                      None if seeds is None else seeds[start:start + bs]))
         return out
 
-    def _generate(self, prompts: list[str], call: int, batch: int) -> list[PolicyResponse]:
+    def _generate(self, prompts: list[str], seeds: list[int] | None) -> list[PolicyResponse]:
         torch, c = self._torch, self.config
         texts = [self.render(p) for p in prompts]
         # A chat template already holds the special tokens (BOS...); don't add them twice.
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not self.use_chat)
         enc = {k: v.to(self.device) for k, v in enc.items()}
         gen_kw = dict(max_new_tokens=c.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id)
-        if c.temperature and c.temperature > 0:
+        if c.temperature and c.temperature > 0 and seeds is None:
             gen_kw.update(do_sample=True, temperature=c.temperature)
             if c.top_p is not None:
                 gen_kw["top_p"] = c.top_p
         else:
             gen_kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            if seeds is not None:
+                gen_kw["logits_processor"] = self._seeded_sampling(seeds)
         t0 = time.perf_counter()
         with torch.inference_mode():
-            if gen_kw["do_sample"] and c.seed is not None:
-                devices = [self.device] if self.device.startswith("cuda") else []
-                with torch.random.fork_rng(devices=devices):
-                    torch.manual_seed(hash((c.seed, call, batch)) & 0x7FFF_FFFF)
-                    ids = self.model.generate(**enc, **gen_kw)
-            else:
-                ids = self.model.generate(**enc, **gen_kw)
+            ids = self.model.generate(**enc, **gen_kw)
         latency = time.perf_counter() - t0
         width = enc["input_ids"].shape[1]
         new = ids[:, width:]
@@ -160,3 +163,34 @@ class HFPolicy:
                 "latency_s": round(latency, 6), "batch_size": len(prompts), "attempts": 1,
                 "finish_reason": finish}))
         return outs
+
+    def _seeded_sampling(self, seeds: list[int]):
+        """Sampling as ``generate(do_sample=True)`` does it (temperature, the model's top-k, top-p), but each row
+        draws from its own generator and keeps only the drawn token, which greedy decoding then picks."""
+        import transformers
+
+        c = self.config
+        procs = [transformers.TemperatureLogitsWarper(c.temperature)]
+        top_k = getattr(self.model.generation_config, "top_k", None)
+        if top_k:
+            procs.append(transformers.TopKLogitsWarper(top_k))
+        if c.top_p is not None and c.top_p < 1.0:
+            procs.append(transformers.TopPLogitsWarper(c.top_p))
+        procs.append(_RowSampler(self._torch, seeds, self.device))
+        return transformers.LogitsProcessorList(procs)
+
+
+class _RowSampler:
+    """A logits processor that draws one token per row from that row's generator and masks every other token."""
+
+    def __init__(self, torch, seeds: list[int], device: str):
+        self.torch = torch
+        self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+
+    def __call__(self, input_ids, scores):
+        torch = self.torch
+        probs = torch.softmax(scores.float(), dim=-1)
+        picks = torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self.generators)])
+        out = torch.full_like(scores, float("-inf"))
+        out[torch.arange(len(picks), device=scores.device), picks] = 0.0
+        return out

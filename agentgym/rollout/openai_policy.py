@@ -6,10 +6,15 @@ chat request ``[system?, user=prompt]`` to ``POST {base_url}/chat/completions``.
 concurrently on ``concurrency`` threads; answers come back in prompt order.
 
 Failures: 429, 5xx, timeouts and dropped connections are retried up to ``max_retries`` times with exponential
-backoff (``Retry-After`` honoured, capped at ``backoff_max``). Other HTTP errors (400, 401, 404...) and unreadable
-answers are not retried. A prompt whose request still fails comes back as a :class:`PolicyRequestError` *instance*
-in its slot of the returned list; the runner turns it into a typed ``policy_error`` on that episode alone (never an
-empty action, never a failure of the whole batch).
+backoff (``Retry-After`` honoured, capped at ``backoff_max``). Other HTTP errors (400, 401, 404...), unreadable
+answers and answers without text (``content: null``, e.g. a refusal or a tool call) are not retried. A prompt whose
+request still fails comes back as a :class:`PolicyRequestError` *instance* in its slot of the returned list; the
+runner turns it into a typed ``policy_error`` on that episode alone (never an empty action, never a failure of the
+whole batch), whose ``details`` keep the request's attempts, latency and last HTTP status.
+
+Sampling seed: with ``seed`` set, each request is sent its own seed, a stable digest of ``seed`` and the request's
+episode and turn (:func:`~agentgym.rollout.policy.request_seeds`; the runner passes the episodes as ``contexts``),
+so the members of a group and the trials of an episode are sampled independently, reproducibly, in any call order.
 
 Every answer is a :class:`PolicyResponse` (a ``str``) carrying a ``usage`` dict: prompt/completion tokens as the
 server reported them, latency, attempts, finish reason. The runner copies it into the turn record and the results
@@ -33,6 +38,7 @@ from http.client import HTTPException
 from typing import Any, Sequence
 
 from ..errors import PolicyError
+from .policy import PromptContext, request_seeds
 
 __all__ = ["OpenAIConfig", "OpenAIPolicy", "PolicyResponse", "PolicyRequestError", "RETRYABLE_STATUS"]
 
@@ -63,6 +69,11 @@ class PolicyRequestError(PolicyError):
         super().__init__(message)
         self.status, self.attempts, self.latency_s = status, attempts, latency_s
 
+    @property
+    def details(self) -> dict:
+        """What :func:`~agentgym.errors.error_record` keeps in the episode's error record."""
+        return {"attempts": self.attempts, "latency_s": round(self.latency_s, 6), "status": self.status}
+
     def __reduce__(self):
         return (_rebuild_request_error, (str(self), self.status, self.attempts, self.latency_s))
 
@@ -83,7 +94,7 @@ class OpenAIConfig:
     top_p: float | None = None
     max_tokens: int | None = None
     stop: Sequence[str] | None = None
-    seed: int | None = None
+    seed: int | None = None  # base seed: each request gets its own, derived from it (see the module doc)
     extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"top_k": 20} for vLLM
     concurrency: int = 8
     timeout_s: float = 120.0
@@ -122,15 +133,17 @@ class OpenAIPolicy:
         return f"OpenAIPolicy(model={self.config.model!r}, base_url={self.config.base_url!r})"
 
     # -- the Policy protocol ---------------------------------------------------------------------------------
-    def __call__(self, prompts: Sequence[str]) -> list:
+    def __call__(self, prompts: Sequence[str], contexts: Sequence[PromptContext] | None = None) -> list:
         if not prompts:
             return []
+        seeds = request_seeds(self.config.seed, prompts, contexts) if self.config.seed is not None else \
+            [None] * len(prompts)
         if len(prompts) == 1 or self.config.concurrency == 1:
-            return [self._complete(p) for p in prompts]
+            return [self._complete(p, s) for p, s in zip(prompts, seeds)]
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="openai-policy")
-        return list(self._pool.map(self._complete, prompts))
+        return list(self._pool.map(self._complete, prompts, seeds))
 
     def close(self) -> None:
         if self._pool is not None:
@@ -142,12 +155,15 @@ class OpenAIPolicy:
         sys_msg = [{"role": "system", "content": self.config.system_prompt}] if self.config.system_prompt else []
         return sys_msg + [{"role": "user", "content": prompt}]
 
-    def request_body(self, prompt: str) -> dict:
+    def request_body(self, prompt: str, seed: int | None = None) -> dict:
+        """The JSON body for ``prompt``; ``seed`` is this request's sampling seed (see the module doc)."""
         c = self.config
         body: dict[str, Any] = {"model": c.model, "messages": self.messages(prompt)}
-        for key in ("temperature", "top_p", "max_tokens", "seed"):
+        for key in ("temperature", "top_p", "max_tokens"):
             if getattr(c, key) is not None:
                 body[key] = getattr(c, key)
+        if seed is not None:
+            body["seed"] = int(seed)
         if c.stop:
             body["stop"] = list(c.stop)
         body.update(c.extra_body)
@@ -160,10 +176,10 @@ class OpenAIPolicy:
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
-    def _complete(self, prompt: str):
+    def _complete(self, prompt: str, seed: int | None = None):
         """One prompt -> a :class:`PolicyResponse`, or a :class:`PolicyRequestError` instance (never raised)."""
         c = self.config
-        data = json.dumps(self.request_body(prompt)).encode("utf-8")
+        data = json.dumps(self.request_body(prompt, seed)).encode("utf-8")
         t_start = time.perf_counter()
         last: _Retryable | None = None
         for attempt in range(1, c.max_retries + 2):
@@ -198,7 +214,7 @@ class OpenAIPolicy:
         req = urllib.request.Request(self.url, data=data, headers=self._headers(), method="POST")
         try:
             with urllib.request.urlopen(req, timeout=self.config.timeout_s) as resp:
-                raw = resp.read()
+                raw, status = resp.read(), resp.status
         except urllib.error.HTTPError as e:
             detail = _error_detail(e)
             if e.code in RETRYABLE_STATUS:
@@ -215,18 +231,23 @@ class OpenAIPolicy:
         try:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise PolicyRequestError(f"{self.url}: unreadable JSON answer ({e}): {raw[:200]!r}") from None
+            raise PolicyRequestError(f"{self.url}: unreadable JSON answer ({e}): {raw[:200]!r}",
+                                     status=status) from None
 
     def _parse(self, payload: dict, *, latency: float, attempts: int, total: float) -> PolicyResponse:
         try:
             choice = payload["choices"][0]
             content = choice["message"].get("content")
         except (KeyError, IndexError, TypeError, AttributeError):
-            raise PolicyRequestError(f"{self.url}: answer has no choices[0].message: {str(payload)[:200]}") from None
+            raise PolicyRequestError(f"{self.url}: answer has no choices[0].message: {str(payload)[:200]}",
+                                     status=200) from None
         if content is None:
-            content = ""  # the model said nothing (e.g. only a refusal / tool call): the env flags the empty action
+            # No text at all (a refusal, a tool call, a server bug): not an answer to score as an empty action.
+            raise PolicyRequestError(f"{self.url}: the answer's message content is null (finish_reason "
+                                     f"{choice.get('finish_reason')!r}): the model returned no text", status=200)
         if not isinstance(content, str):
-            raise PolicyRequestError(f"{self.url}: message content is {type(content).__name__}, not a string")
+            raise PolicyRequestError(f"{self.url}: message content is {type(content).__name__}, not a string",
+                                     status=200)
         usage = payload.get("usage") or {}
         return PolicyResponse(content, {
             "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),

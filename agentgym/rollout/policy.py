@@ -4,7 +4,10 @@ Two kinds:
 
 * :class:`Policy` — the batched protocol a model implements: ``policy(prompts: list[str]) -> list[str]``, one raw
   response per prompt (the env parses the action tag). The runner calls it once per turn with the prompts of every
-  unfinished episode, so an LLM sees full batches.
+  unfinished episode, so an LLM sees full batches. A policy whose ``__call__`` has a ``contexts`` parameter is also
+  given, by keyword, one :class:`PromptContext` per prompt: whose episode and which turn it is. Sampling policies
+  derive per-request seeds from it (:func:`request_seeds`), so that the members of a group and the trials of an
+  episode do not get identical answers, and a resumed run samples what an uninterrupted one would have.
 * :class:`EnvPolicy` — a *privileged* policy that reads the env's state (the oracle planner, a uniform random
   policy over the env's commands). It runs next to the env (inside a worker process under the process backend),
   with its own per-episode ``numpy`` generator, never the env's ``np_random``.
@@ -22,20 +25,69 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from ..errors import PolicyError
+from ..hashing import stable_digest
 
-__all__ = ["Policy", "EnvPolicy", "OraclePolicy", "RandomPolicy", "load_policy"]
+__all__ = ["Policy", "EnvPolicy", "OraclePolicy", "RandomPolicy", "PromptContext", "load_policy", "request_seeds",
+           "takes_contexts"]
 
 
 @runtime_checkable
 class Policy(Protocol):
-    """Batched text policy: one response per prompt, in order."""
+    """Batched text policy: one response per prompt, in order. It may take ``contexts`` (see the module doc)."""
 
     def __call__(self, prompts: Sequence[str]) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class PromptContext:
+    """Whose prompt this is.
+
+    Attributes:
+        task_id: the episode's task.
+        seed: the seed its env was reset with.
+        member: its index in its group (0..G-1).
+        turn: the turn the prompt asks for (0 for the first action).
+        episode: the integers that identify the episode among all others: the runner's per-group policy seed
+            (``policy_seeds``; for ``agentgym eval``: seed, task digest, trial) with ``member`` appended — the same
+            integers that seed a privileged policy's generator.
+    """
+
+    task_id: str
+    seed: int
+    member: int
+    turn: int
+    episode: tuple[int, ...]
+
+
+def takes_contexts(policy) -> bool:
+    """Whether ``policy(prompts, contexts=...)`` is accepted (a ``contexts`` parameter on its call)."""
+    try:
+        return "contexts" in inspect.signature(policy).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def request_seeds(base_seed: int, prompts: Sequence[str], contexts: Sequence[PromptContext] | None = None) -> list[int]:
+    """One sampling seed per prompt (31 bits, as servers take): a stable digest of ``base_seed`` and the prompt's
+    episode and turn, or, without ``contexts``, of the prompt text and its occurrence among equal prompts of this
+    call. It depends on neither call order nor batch composition, so a resumed run draws as an uninterrupted one."""
+    if contexts is not None:
+        if len(contexts) != len(prompts):
+            raise PolicyError(f"{len(contexts)} contexts for {len(prompts)} prompts")
+        keys = [f"{c.task_id}|{','.join(map(str, c.episode))}|{c.turn}" for c in contexts]
+    else:
+        seen: dict[str, int] = {}
+        keys = []
+        for p in prompts:
+            seen[p] = seen.get(p, -1) + 1
+            keys.append(f"{p}|{seen[p]}")
+    return [stable_digest(f"{int(base_seed)}|{k}", namespace="sampling-seed") & 0x7FFF_FFFF for k in keys]
 
 
 class EnvPolicy:

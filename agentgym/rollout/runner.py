@@ -3,9 +3,10 @@
 ``collect_groups`` plays one *group* per task: G episodes of the same task reset with the same seed (so every
 member sees the same first observation), differing only through the policy. Each turn it gathers the prompts of
 the unfinished episodes, asks the policy once for all of them (text policies) or each env's privileged policy, and
-steps only those episodes. It caps turns, records one :class:`TurnRecord` per turn, and turns any exception from the
-env or the policy into a typed :class:`~agentgym.errors.ErrorRecord` on that trajectory: such trajectories are
-*marked* and left out of the :class:`estimators.TrajectoryBatch`, never scored 0.
+steps only those episodes. It caps turns, records one :class:`TurnRecord` per turn, and turns any ``Exception`` from
+the env or the policy into a typed :class:`~agentgym.errors.ErrorRecord` on that trajectory: such trajectories are
+*marked* and left out of the :class:`estimators.TrajectoryBatch`, never scored 0. ``KeyboardInterrupt`` and
+``SystemExit`` are not failures of an episode: they stop the run (the pool is closed on the way out).
 
 The batch follows ../shared/docs/estimators_spec.md section 1.1: one row per turn, trajectories in rollout-major
 order, ``obs_hash`` of the observation the agent acted on, ``done`` on each trajectory's last turn.
@@ -21,7 +22,7 @@ import numpy as np
 
 from ..errors import ErrorRecord, PolicyError, error_record
 from .backends import EnvFactory, make_pool
-from .policy import EnvPolicy, Policy
+from .policy import EnvPolicy, Policy, PromptContext, takes_contexts
 
 __all__ = ["TurnRecord", "Trajectory", "RolloutResult", "collect_groups", "to_trajectory_batch", "env_factory"]
 
@@ -80,16 +81,18 @@ class Trajectory:
         return bool(self.turns and self.turns[-1].truncated)
 
     def summary(self) -> dict:
-        """A JSON-serialisable row for results files."""
+        """A JSON-serialisable row for results files. An env that reports episode metrics beyond ``score`` puts
+        them in its info as ``metrics`` (name -> number, e.g. WikiSearch's ``{"em": 1.0, "f1": 1.0}``); the last
+        turn's dict becomes the row's ``metrics``, which eval summaries average."""
         last = self.turns[-1].info if self.turns else {}
-        extra = {}
+        extra = {"metrics": dict(last["metrics"])} if isinstance(last.get("metrics"), dict) else {}
         requests = [dict(t.usage, turn=t.turn_idx) for t in self.turns if t.usage is not None]
         if requests:
             # Per-request token usage and latency of model-backed policies, and their totals.
-            extra = {"requests": requests,
-                     "prompt_tokens": sum(r.get("prompt_tokens") or 0 for r in requests),
-                     "completion_tokens": sum(r.get("completion_tokens") or 0 for r in requests),
-                     "policy_latency_s": round(sum(r.get("latency_s") or 0.0 for r in requests), 6)}
+            extra |= {"requests": requests,
+                      "prompt_tokens": sum(r.get("prompt_tokens") or 0 for r in requests),
+                      "completion_tokens": sum(r.get("completion_tokens") or 0 for r in requests),
+                      "policy_latency_s": round(sum(r.get("latency_s") or 0.0 for r in requests), 6)}
         return {"task_id": self.task_id, "seed": self.seed, "member": self.member, "won": self.won,
                 "score": self.score, "turns": len(self.turns), "total_reward": self.total_reward,
                 "truncated": self.truncated, "progress": last.get("progress"),
@@ -147,7 +150,8 @@ def collect_groups(env_id: str, tasks: Sequence[Any], group_size: int, policy: P
             ``len(tasks) * group_size`` slots, reused and left open (``backend``/``workers`` are then ignored).
         on_trajectory: called with each trajectory as soon as it finishes (for append-as-you-go results files).
         policy_seeds: per group, the integers that seed the privileged policy's generator (member index appended);
-            default ``(group seed, group index)``.
+            default ``(group seed, group index)``. With the member index they also identify the episode to a text
+            policy that takes ``contexts`` (:class:`~agentgym.rollout.policy.PromptContext`).
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -194,6 +198,7 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds) -> None:
         t.task_id, t.meta, t.first_observation = info["task_id"], dict(meta), obs
         prompts[t.traj_id], last_info[t.traj_id] = prompt, info
     active = [t for t in trajs if t.error is None]
+    with_contexts = not isinstance(policy, EnvPolicy) and takes_contexts(policy)
     while active:
         if isinstance(policy, EnvPolicy):
             results = pool.call("act", [(t.traj_id, policy) for t in active])
@@ -204,7 +209,9 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds) -> None:
                 else:
                     responses[t.traj_id] = res.value
         else:
-            responses = _call_text_policy(policy, active, prompts)
+            contexts = [PromptContext(t.task_id, t.seed, t.member, len(t.turns), (*pseeds[t.group_id], t.member))
+                        for t in active] if with_contexts else None
+            responses = _call_text_policy(policy, active, prompts, contexts)
         for t in active:
             if t.error is not None:
                 _finish(t, on_trajectory)
@@ -231,24 +238,26 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds) -> None:
         active = still
 
 
-def _call_text_policy(policy: Policy, active: list[Trajectory], prompts: dict[int, str]) -> dict[int, str]:
-    """One batched policy call. A policy may put an exception *instance* in an item's slot (a request that failed
-    for good): that episode alone gets a typed error. Anything else that is not one str per prompt fails the batch."""
+def _call_text_policy(policy: Policy, active: list[Trajectory], prompts: dict[int, str],
+                      contexts: list[PromptContext] | None = None) -> dict[int, str]:
+    """One batched policy call (with ``contexts`` by keyword when given). A policy may put an exception *instance* in
+    an item's slot (a request that failed for good): that episode alone gets a typed error. Anything else that is not
+    one str per prompt fails the batch."""
     batch = [prompts[t.traj_id] for t in active]
     try:
-        out = policy(batch)
+        out = policy(batch) if contexts is None else policy(batch, contexts=contexts)
         if not isinstance(out, (list, tuple)) or len(out) != len(batch) or \
-                not all(isinstance(r, (str, BaseException)) for r in out):
+                not all(isinstance(r, (str, Exception)) for r in out):
             raise PolicyError(f"the policy must return one str per prompt ({len(batch)}), got "
                               f"{type(out).__name__} of length {len(out) if hasattr(out, '__len__') else '?'}")
-    except BaseException as e:  # noqa: BLE001 - a failing policy marks the episodes, it does not kill the run
+    except Exception as e:  # noqa: BLE001 - a failing policy marks the episodes, it does not kill the run (Ctrl-C does)
         rec = error_record(e, "policy")
         for t in active:
             t.error = rec
         return {}
     responses = {}
     for t, r in zip(active, out):
-        if isinstance(r, BaseException):
+        if isinstance(r, Exception):
             t.error = error_record(r, "policy")
         else:
             responses[t.traj_id] = r

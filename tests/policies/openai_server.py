@@ -1,6 +1,7 @@
 """A minimal OpenAI-compatible chat-completions server for tests, on 127.0.0.1 (an ephemeral port).
 
-Replies are scripted: ``replies`` maps a user prompt to the assistant text (``default`` otherwise). Failures are
+Replies are scripted: ``replies`` maps a user prompt to the assistant text (``default`` otherwise; ``None`` answers
+``"content": null``, as servers do for a refusal or a tool call). Failures are
 injected per prompt and attempt: ``faults(prompt, attempt)`` returns ``None`` (answer normally), an HTTP status
 (e.g. 429, 500, 400), ``"sleep"`` (stall past the client's timeout, then answer) or ``"garbage"`` (a non-JSON 200).
 The server answers at most ``max_requests`` requests (then 503 for ever), so no client loop can run unbounded.
@@ -16,7 +17,7 @@ from typing import Callable
 
 
 class ScriptedServer:
-    def __init__(self, replies: dict[str, str] | None = None, default: str = "<action>inventory</action>",
+    def __init__(self, replies: dict[str, str | None] | None = None, default: str = "<action>inventory</action>",
                  faults: Callable[[str, int], object] | None = None, sleep_s: float = 1.0, max_requests: int = 5000):
         self.replies = dict(replies or {})
         self.default = default
@@ -73,8 +74,9 @@ class ScriptedServer:
                 payload = {"id": "chatcmpl-test", "object": "chat.completion", "model": body["model"],
                            "choices": [{"index": 0, "finish_reason": "stop",
                                         "message": {"role": "assistant", "content": text}}],
-                           "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split()),
-                                     "total_tokens": len(prompt.split()) + len(text.split())}}
+                           "usage": {"prompt_tokens": len(prompt.split()),
+                                     "completion_tokens": len((text or "").split()),
+                                     "total_tokens": len(prompt.split()) + len((text or "").split())}}
                 return self._send(200, json.dumps(payload).encode())
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -9,8 +9,10 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 import agentgym  # noqa: E402,F401
-from agentgym.rollout.hf_policy import HFPolicy  # noqa: E402
-from agentgym.rollout.policy import load_policy  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+from agentgym.rollout.hf_policy import HFPolicy, pick_device  # noqa: E402
+from agentgym.rollout.policy import PromptContext, load_policy  # noqa: E402
 from agentgym.rollout.runner import collect_groups  # noqa: E402
 
 WORDS = ("<action> </action> <think> </think> inventory craft get using from the a of and minecraft planks stick "
@@ -42,7 +44,12 @@ def test_batched_generation_matches_one_prompt_at_a_time(tiny_model):
     prompts = ["goal craft a stick", "your inventory is planks and a crafting table now craft the stick", "get 2"]
     batched = load_policy(f"hf:{tiny_model}", device="auto", dtype="float32", batch_size=3, max_new_tokens=6)
     single = load_policy(f"hf:{tiny_model}", dtype="float32", batch_size=1, max_new_tokens=6)
-    assert batched.device == ("cuda" if torch.cuda.is_available() else batched.device)
+    mps = getattr(torch.backends, "mps", None)
+    accelerated = torch.cuda.is_available() or (mps is not None and mps.is_available())
+    if not accelerated:  # this machine: auto means CPU, and the weights are really there
+        assert batched.device == "cpu" and next(batched.model.parameters()).device.type == "cpu"
+    else:
+        assert batched.device in ("cuda", "mps") and next(batched.model.parameters()).device.type == batched.device
     a, b = batched(prompts), single(prompts)
     assert [str(x) for x in a] == [str(x) for x in b]  # left padding does not change greedy outputs
     for r, p in zip(a, prompts):
@@ -51,12 +58,39 @@ def test_batched_generation_matches_one_prompt_at_a_time(tiny_model):
         assert r.usage["prompt_tokens"] == len(p.split()) + 2
 
 
-def test_sampling_is_seeded_and_leaves_the_global_generator_alone(tiny_model):
-    mk = lambda: load_policy(f"hf:{tiny_model}", temperature=1.0, seed=7, max_new_tokens=8, batch_size=2)  # noqa
+def fake_torch(cuda: bool, mps: bool | None):
+    """Stand-ins for the two availability probes pick_device reads (no GPU here to probe for real)."""
+    backends = SimpleNamespace(mps=SimpleNamespace(is_available=lambda: mps)) if mps is not None else SimpleNamespace()
+    return SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: cuda), backends=backends)
+
+
+@pytest.mark.parametrize("cuda, mps, want", [(True, True, "cuda"), (False, True, "mps"), (False, False, "cpu"),
+                                             (False, None, "cpu")])
+def test_pick_device_auto_order(cuda, mps, want):
+    assert pick_device(fake_torch(cuda, mps)) == want
+    assert pick_device(fake_torch(cuda, mps), "cuda:1") == "cuda:1"  # an explicit device is kept as asked
+
+
+def test_sampling_is_seeded_per_episode_and_turn_not_per_call(tiny_model):
+    mk = lambda bs: load_policy(f"hf:{tiny_model}", temperature=1.0, seed=7, max_new_tokens=8, batch_size=bs)  # noqa
+    prompts = ["goal craft", "goal craft", "get 1 stick", "inventory"]
+    # Two members of one group (same prompt), another task, and a later turn of the first episode.
+    ctx = [PromptContext("t0", 3, 0, 0, (3, 0, 0)), PromptContext("t0", 3, 1, 0, (3, 0, 1)),
+           PromptContext("t1", 3, 0, 0, (3, 1, 0)), PromptContext("t0", 3, 0, 1, (3, 0, 0))]
     state = torch.random.get_rng_state()
-    x, y = mk()(["goal craft", "get 1 stick", "inventory"]), mk()(["goal craft", "get 1 stick", "inventory"])
-    assert [str(r) for r in x] == [str(r) for r in y]
-    assert torch.equal(state, torch.random.get_rng_state())
+    pol = mk(2)
+    pol(["warm-up call: the outputs below must not depend on what came before"])
+    x = [str(r) for r in pol(prompts, contexts=ctx)]
+    assert x[0] != x[1]  # the members of a group are not given the same sample
+    # Another policy instance, another batch size, another order and batch composition: the same draws.
+    order = [3, 1, 0, 2]
+    y = mk(3)([prompts[i] for i in order], contexts=[ctx[i] for i in order])
+    assert [str(y[order.index(i)]) for i in range(4)] == x
+    assert [str(r) for r in mk(1)(prompts[1:2], contexts=ctx[1:2])] == x[1:2]
+    # Without contexts, equal prompts of a call still get distinct, reproducible seeds.
+    a, b = mk(2)(prompts), mk(4)(prompts)
+    assert [str(r) for r in a] == [str(r) for r in b] and str(a[0]) != str(a[1])
+    assert torch.equal(state, torch.random.get_rng_state())  # the global generator is left alone
 
 
 def test_dtype_flag(tiny_model):
@@ -67,6 +101,16 @@ def test_dtype_flag(tiny_model):
         load_policy(f"hf:{tiny_model}", dtype="int8")
     with pytest.raises(Exception, match="cannot load"):
         load_policy("hf:/nonexistent/model-dir")
+
+
+def test_runner_gives_group_members_their_own_samples(tiny_model):
+    pol = load_policy(f"hf:{tiny_model}", temperature=1.0, seed=11, max_new_tokens=6, batch_size=3)
+    kw = dict(env_kwargs={"split": "gen-depth1"}, max_turns=2)
+    a = collect_groups("TextCraft-v0", ["gen-d1-0"], 3, pol, **kw)
+    b = collect_groups("TextCraft-v0", ["gen-d1-0"], 3, pol, **kw)
+    responses = [[r.response for r in t.turns] for t in a.trajectories]
+    assert len({r[0] for r in responses}) == 3  # same first prompt, three different samples
+    assert responses == [[r.response for r in t.turns] for t in b.trajectories]
 
 
 def test_runner_with_local_model(tiny_model):

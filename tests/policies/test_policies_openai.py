@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 import agentgym  # noqa: F401 - registers the env ids
+from agentgym.errors import error_record
 from agentgym.eval.results import ResultsFile
 from agentgym.rollout.openai_policy import OpenAIConfig, OpenAIPolicy, PolicyRequestError, PolicyResponse
-from agentgym.rollout.policy import OraclePolicy, load_policy
+from agentgym.eval.grid import EvalGrid, run_grid
+from agentgym.rollout.policy import OraclePolicy, load_policy, request_seeds
 from agentgym.rollout.runner import collect_groups
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -59,6 +61,26 @@ def test_failure_after_bounded_retries_is_a_typed_error(fault, attempts):
     assert sum(e["prompt"] == "bad" for e in srv.log) == attempts  # bounded: exactly max_retries + 1 at most
     if isinstance(fault, int):
         assert err.status == fault and str(fault) in str(err)
+    # The typed record keeps the attempts, the latency and the last HTTP status (None: the last attempt timed out).
+    details = error_record(err, "policy").details
+    assert details["attempts"] == attempts and details["latency_s"] > 0
+    assert details["status"] == {"sleep": None, "garbage": 200}.get(fault, fault)
+
+
+def test_null_content_is_a_typed_error_not_an_empty_action():
+    tasks = ["gen-d1-0", "gen-d1-1"]
+    script = oracle_script(tasks)
+    replies = {p: r for per in script.values() for p, r in per.items()}
+    (first,) = [p for p in script["gen-d1-1"] if "Prior to this step" not in p]
+    replies[first] = None  # the server answers "content": null
+    with ScriptedServer(replies=replies) as srv:
+        err = policy(srv)([first])[0]
+        res = collect_groups("TextCraft-v0", tasks, 1, policy(srv), seeds=[0, 0], env_kwargs={"split": "gen-depth1"})
+    assert isinstance(err, PolicyRequestError) and "content is null" in str(err) and err.status == 200
+    ok, bad = res.trajectories
+    assert ok.won and ok.error is None
+    assert bad.error.kind == "policy_error" and "content is null" in bad.error.message and not bad.turns
+    assert bad.error.details == {"attempts": 1, "latency_s": bad.error.details["latency_s"], "status": 200}
 
 
 def test_request_carries_prompt_contract_sampling_and_auth(monkeypatch):
@@ -68,13 +90,50 @@ def test_request_carries_prompt_contract_sampling_and_auth(monkeypatch):
                           temperature=0.7, top_p=0.9, max_tokens=64, stop=["</action>"], seed=3,
                           system_prompt="You are an agent.", device="cpu")  # device: an hf option, ignored here
         pol(["hello world"])
-    (entry,) = srv.log
+        pol(["hello world"])
+    entry, again = srv.log
     assert entry["auth"] == "Bearer sk-test"
     body = entry["body"]
     assert body["model"] == "test-model" and body["messages"] == [
         {"role": "system", "content": "You are an agent."}, {"role": "user", "content": "hello world"}]
+    # The request's own seed, derived from the base seed 3: the same for the same request in another call.
     assert (body["temperature"], body["top_p"], body["max_tokens"], body["stop"], body["seed"]) == \
-        (0.7, 0.9, 64, ["</action>"], 3)
+        (0.7, 0.9, 64, ["</action>"], request_seeds(3, ["hello world"])[0])
+    assert body["seed"] != 3 and again["body"]["seed"] == body["seed"]
+
+
+def test_sampling_seed_differs_per_group_member_and_trial_and_is_reproducible(tmp_path):
+    def seeds_by_prompt(log):  # prompt -> the seeds it was sent with, sorted (requests run concurrently)
+        out: dict[str, list[int]] = {}
+        for e in log:
+            out.setdefault(e["prompt"], []).append(e["body"]["seed"])
+        return {p: sorted(v) for p, v in out.items()}
+
+    kw = dict(env_kwargs={"split": "gen-depth1"}, max_turns=2)
+    with ScriptedServer() as srv:
+        collect_groups("TextCraft-v0", ["gen-d1-0"], 3, policy(srv, seed=5), **kw)
+        group = seeds_by_prompt(srv.log)
+        srv.log.clear()
+        collect_groups("TextCraft-v0", ["gen-d1-0"], 3, policy(srv, seed=5), **kw)
+        assert seeds_by_prompt(srv.log) == group  # reproducible
+        srv.log.clear()
+        grid = EvalGrid("TextCraft-v0", "gen-depth1", episodes=2, trials=2, max_turns=2)
+        run_grid(grid, policy(srv, seed=5), str(tmp_path / "a.jsonl"))
+        trials = seeds_by_prompt(srv.log)
+        srv.log.clear()
+        # A run interrupted after one episode, then resumed: every episode is sent the seeds of the full run.
+        run_grid(EvalGrid("TextCraft-v0", "gen-depth1", episodes=1, trials=1, max_turns=2), policy(srv, seed=5),
+                 str(tmp_path / "b.jsonl"))
+        partial = seeds_by_prompt(srv.log)
+        srv.log.clear()
+        run_grid(grid, policy(srv, seed=5), str(tmp_path / "b.jsonl"))
+        resumed = seeds_by_prompt(srv.log)
+    first_prompts = [p for p in group if "Prior to this step" not in p]
+    assert len(first_prompts) == 1 and len(set(group[first_prompts[0]])) == 3  # three members, three seeds
+    # Two trials of one episode: the same prompts, different seeds.
+    assert all(len(v) == 2 and v[0] != v[1] for v in trials.values())
+    assert sum(map(len, partial.values())) == 2 and sum(map(len, resumed.values())) == 6
+    assert {p: sorted(partial.get(p, []) + resumed.get(p, [])) for p in trials} == trials
 
 
 def test_runner_scores_real_wins_and_marks_only_the_failed_episode():
@@ -91,6 +150,7 @@ def test_runner_scores_real_wins_and_marks_only_the_failed_episode():
     (bad,) = [t for t in res.trajectories if t.task_id == "gen-d1-1"]
     assert all(t.won and t.error is None for t in ok)
     assert bad.error.kind == "policy_error" and bad.error.stage == "policy" and "HTTP 500" in bad.error.message
+    assert (bad.error.details["attempts"], bad.error.details["status"]) == (3, 500)
     assert not bad.turns  # never an empty action sent to the env
     row = ok[0].summary()
     assert len(row["requests"]) == row["turns"] and all(r["attempts"] == 2 for r in row["requests"])
@@ -121,6 +181,8 @@ def test_cli_eval_end_to_end_with_injected_failures_and_resume(tmp_path):
         rows = {r["task_id"]: r for r in ResultsFile(out).read()}
         assert "All,3,1,3,1.0" in res.stdout and "1 episode(s) failed (policy_error: 1)" in res.stderr
         assert rows["gen-d1-2"]["error"]["kind"] == "policy_error" and rows["gen-d1-2"]["turns"] == 0
+        details = rows["gen-d1-2"]["error"]["details"]  # the failed request, in the results file
+        assert (details["attempts"], details["status"]) == (3, 500) and details["latency_s"] > 0
         for t in ("gen-d1-0", "gen-d1-1", "gen-d1-3"):
             assert rows[t]["won"] and rows[t]["error"] is None and rows[t]["policy"] == "openai:test-model"
             assert all(r["attempts"] in (2, 3) and r["latency_s"] > 0 for r in rows[t]["requests"])

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import builtins
+
 import gymnasium as gym
 
 from agentgym.envs.textcraft.env import TextCraftEnv
 
 
 class CrashyTextCraft(TextCraftEnv):
-    def __init__(self, crash_on_turn: int = 2, crash_on_reset_task: str | None = None, **kw):
+    def __init__(self, crash_on_turn: int = 2, crash_on_reset_task: str | None = None, crash_with: str = "ValueError",
+                 **kw):
         super().__init__(**kw)
         self.crash_on_turn = crash_on_turn
         self.crash_on_reset_task = crash_on_reset_task
+        self.crash_with = getattr(builtins, crash_with)  # the exception the step raises
 
     def _start(self, task):
         if task.task_id == self.crash_on_reset_task:
@@ -20,7 +24,7 @@ class CrashyTextCraft(TextCraftEnv):
 
     def _execute(self, command, parsed):
         if self.turn + 1 == self.crash_on_turn:
-            raise ValueError("simulated engine crash")
+            raise self.crash_with("simulated engine crash")
         return super()._execute(command, parsed)
 
 

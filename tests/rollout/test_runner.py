@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
 from pathlib import Path
 
@@ -117,6 +118,42 @@ def test_errored_trajectories_are_left_out_of_the_batch():
 def test_bad_policy_becomes_policy_error(policy):
     res = collect_groups("TextCraft-v0", ["gen-d1-0"], 2, policy, env_kwargs={"split": "gen-depth1"})
     assert all(t.error is not None and t.error.kind == "policy_error" for t in res.trajectories)
+
+
+class InterruptingPolicy(OraclePolicy):
+    def act(self, env, rng):
+        raise KeyboardInterrupt
+
+
+def interrupting_text_policy(prompts):
+    raise KeyboardInterrupt
+
+
+# A text policy runs in the driver under every backend; an env policy runs next to the env (in-process here).
+@pytest.mark.parametrize("policy, workers", [(interrupting_text_policy, 0), (interrupting_text_policy, 2),
+                                             (InterruptingPolicy(), 0)], ids=["text", "text-workers", "env-policy"])
+def test_ctrl_c_in_the_policy_stops_the_run(policy, workers):
+    """KeyboardInterrupt is not an episode failure: it propagates out of collect_groups (and the workers go)."""
+    with pytest.raises(KeyboardInterrupt):
+        collect_groups("TextCraft-v0", ["gen-d1-0"], 2, policy, env_kwargs={"split": "gen-depth1"}, workers=workers)
+    assert not multiprocessing.active_children()
+
+
+def test_ctrl_c_or_exit_in_the_env():
+    for exc in (KeyboardInterrupt, SystemExit):
+        with pytest.raises(exc):
+            collect_groups("crashy_env:CrashyTextCraft-v0", ["gen-d2-0"], 1, OraclePolicy(),
+                           env_kwargs={"crash_on_turn": 1, "crash_with": exc.__name__})
+
+
+def test_worker_that_exits_marks_its_episodes():
+    # SystemExit ends the worker process (it is not turned into a record there); the driver marks the episodes of
+    # that worker with a typed error and goes on with the others.
+    res = collect_groups("crashy_env:CrashyTextCraft-v0", ["gen-d2-0", "gen-d2-1"], 1, OraclePolicy(), workers=2,
+                         env_kwargs={"crash_on_turn": 2, "crash_with": "SystemExit"})
+    for t in res.trajectories:
+        assert t.error.kind == "env_crash" and t.error.stage == "step" and "died" in t.error.message
+        assert len(t.turns) == 1
 
 
 def test_load_policy_specs():

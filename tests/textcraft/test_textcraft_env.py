@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
 import agentgym
+from agentgym.envs.textcraft.env import MAX_COUNT
+from agentgym.envs.textcraft.recipes import item_id
 from agentgym.errors import TaskError
 
 
@@ -72,6 +76,53 @@ def test_unknown_and_malformed_commands_are_invalid(gen_env):
     for bad in ("<action>jump</action>", "<action>craft 4 stick using two planks</action>", "get 1 oak logs"):
         obs, r, *_, info = env.step(bad)
         assert info["action_valid"] is False and info["process_ok"] is None and "Invalid action" in obs
+
+
+@pytest.fixture(scope="module")
+def train_env(shared_data):
+    env = agentgym.make("TextCraft-v0", split="train")
+    assert env.allow_batch_craft  # the split's default: counts that are a multiple of a recipe's are accepted
+    return env
+
+
+def zeroed(gold_command: str) -> str:
+    """``craft 2 diorite using 4 cobblestone, 4 quartz`` -> ``craft 0 diorite using 0 cobblestone, 0 quartz``."""
+    return re.sub(r"(^craft |using |, )\d+", r"\g<1>0", gold_command)
+
+
+def test_zero_counts_fail_without_side_effects_under_batch_crafting(train_env):
+    env = train_env
+    env.reset(seed=0, options={"task_id": env.task_ids(1)[0]})
+    gold = env.task.gold[0]
+    assert all(item_id(n) in env.inventory for n in re.findall(r"(?:using |, )\d+ ([a-z ]+)", gold))
+    oracle, before, progress = env.oracle_action(), dict(env.inventory), env.progress()
+    # Ingredients held (zero-count craft used to "succeed", add a 0-count item and advance the oracle) and not held
+    # (it used to raise KeyError from the inventory update).
+    for cmd in (zeroed(gold), "craft 0 oak planks using 0 oak log", "craft 0 stick using 0 oak planks"):
+        obs, r, term, trunc, info = env.step(f"<action>{cmd}</action>")
+        assert info["process_ok"] is False and info["action_valid"] is True and r == 0 and not term, obs
+        assert "invalid count '0'" in obs and info["invalid_reason"] == obs
+        assert env.inventory == before and env.progress() == progress and env.oracle_action() == oracle
+    # The real command still goes through afterwards.
+    *_, info = env.step(f"<action>{gold}</action>")
+    assert info["process_ok"] is True
+
+
+@pytest.mark.parametrize("split", ["gen-depth1", "adapt-test", "train"])
+@pytest.mark.parametrize("command", [
+    "get 0 oak logs", "get -2 oak logs", "get 00000000001 oak logs", "get {huge} oak logs",
+    "craft {huge} oak planks using 1 oak logs", "craft 4 oak planks using {huge} oak logs",
+    "craft 4 oak planks using -1 oak logs", "craft -4 oak planks using 1 oak logs",
+    f"craft 4 oak planks using {MAX_COUNT + 1} oak logs",
+])
+def test_out_of_range_counts_fail_cleanly_on_every_split(shared_data, split, command):
+    env = agentgym.make("TextCraft-v0", split=split)
+    env.reset(seed=0, options=custom({"stick": 1}, initial_inventory={"oak_log": 1}))
+    before = dict(env.inventory)
+    # A 5,000-digit count: int() of it raises ValueError (Python's 4,300-digit limit); the step must not.
+    obs, r, term, trunc, info = env.step(f"<action>{command.format(huge='9' * 5000)}</action>")
+    assert info["process_ok"] is False and info["action_valid"] is True and not term
+    assert "invalid count" in obs and len(obs) < 300 and env.inventory == before
 
 
 def test_batch_crafting_only_when_enabled():
@@ -163,6 +214,24 @@ def test_prompt_contract():
     assert "[Observation 2: 'Got 1 oak logs', Action 2: 'inventory']" in p
     assert env.prompt(history_length=0).count("Prior to this step") == 0
     assert env.last_observation.startswith("Inventory:")
+    # Appendix J: the worked turn (format only) and the TextCraft reasoning clause, in both forms, in this order:
+    # formats, example, instruction.
+    example = (
+        "Example of one well-formed turn (format only):\n"
+        "Recipes available include: 'craft 3 dark oak sign using 6 dark oak planks, 1 stick', 'craft 1 fletching "
+        "table using 4 planks, 2 flint'.\nGoal: craft fletching table.\nCurrent inventory: 4 oak planks, 2 flint.\n"
+        "<think>I need a fletching table. The recipe needs 4 planks (generic) and 2 flint. I have 4 oak planks and 2 "
+        "flint, so I substitute 'oak planks' for the generic 'planks' and craft directly.</think>\n"
+        "<action>craft 1 fletching table using 4 oak planks, 2 flint</action>\n")
+    instruction = (
+        "Now it's your turn to take one action for the current step.\nYou should first reason step-by-step about the "
+        "current situation, what intermediate items you already have, and which next recipe step brings you closest "
+        "to the goal. This reasoning process MUST be enclosed within <think> </think> tags.\nOnce you've finished "
+        "your reasoning, choose an action and present it within <action> </action> tags. Output exactly one action; "
+        "do not chain multiple actions in one response.")
+    for prompt in (first, p):
+        rules_end = prompt.index("repeat the craft in a later step if one craft is not enough.\n")
+        assert prompt.index(example) > rules_end and prompt.endswith(example + instruction)
 
 
 def test_obs_hash_tracks_state_not_just_feedback(gen_env):

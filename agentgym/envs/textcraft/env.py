@@ -9,6 +9,9 @@ Commands (lower case, items spelled with spaces; a trailing period is ignored):
 * ``get <n> <item>`` — fetch a base (non-craftable) item, where the task allows it.
 * ``inventory`` — list what you hold.
 
+Every count is a whole number from 1 to :data:`MAX_COUNT`; a command naming another count (0, -1, a 5,000-digit
+number) fails like any other failed command (``process_ok=False``, nothing changes).
+
 Reward 1 and ``terminated`` when the inventory holds every target count; otherwise 0. ``process_ok`` is the verdict
 of each command (False for a failed craft or get), ``progress`` the fraction of the oracle plan's intermediate items
 obtained so far. See :mod:`.tasks` for the splits.
@@ -29,19 +32,23 @@ from ...core import AgentEnv, StepOutcome
 from ...data import find_data
 from ...errors import TaskError
 from ...parsing import ParsedAction
-from ...prompts import PromptTemplate, THINK_ACTION_INSTRUCTION
+from ...prompts import PromptTemplate, think_action_instruction
 from .oracle import PlanError, plan
 from .recipes import CraftingGraph, display_name, item_id, load_recipes
 from .tasks import (GENERATED_SPLITS, SPLITS, TextCraftTask, generate_task, load_split, parse_generated_id,
                     task_from_dict)
 
-__all__ = ["TextCraftEnv", "get_graph"]
+__all__ = ["TextCraftEnv", "get_graph", "MAX_COUNT"]
 
 logger = logging.getLogger(__name__)
 
-_CRAFT = re.compile(r"^craft\s+(\d+)\s+(.+?)\s+using\s+(.+)$")
-_GET = re.compile(r"^get\s+(\d+)\s+(.+)$")
-_COUNT_ITEM = re.compile(r"^(\d+)\s+(.+)$")
+# Counts are read as any run of digits (a sign included) so that 0, -1 or a huge number get a clear "bad count"
+# observation rather than "unknown command"; _count then bounds them.
+_CRAFT = re.compile(r"^craft\s+(-?\d+)\s+(.+?)\s+using\s+(.+)$")
+_GET = re.compile(r"^get\s+(-?\d+)\s+(.+)$")
+_COUNT_ITEM = re.compile(r"^(-?\d+)\s+(.+)$")
+#: The largest count a command may name (far above any recipe or task count).
+MAX_COUNT = 10_000
 _OPTION_KEYS = {"task_id", "task", "task_index"}
 
 _FORMATS = (
@@ -63,16 +70,29 @@ _FORMATS = (
     "- It is fine to produce more of the target than the goal requires; repeat the craft in a later step if one "
     "craft is not enough."
 )
+# Appendix J's worked turn (format only), shown after the rules in both prompt forms.
+_EXAMPLE = (
+    "Example of one well-formed turn (format only):\n"
+    "Recipes available include: 'craft 3 dark oak sign using 6 dark oak planks, 1 stick', 'craft 1 fletching "
+    "table using 4 planks, 2 flint'.\n"
+    "Goal: craft fletching table.\n"
+    "Current inventory: 4 oak planks, 2 flint.\n"
+    "<think>I need a fletching table. The recipe needs 4 planks (generic) and 2 flint. I have 4 oak planks and 2 "
+    "flint, so I substitute 'oak planks' for the generic 'planks' and craft directly.</think>\n"
+    "<action>craft 1 fletching table using 4 oak planks, 2 flint</action>"
+)
+_INSTRUCTION = think_action_instruction(
+    "what intermediate items you already have, and which next recipe step brings you closest to the goal")
 _HEAD = ("You are an expert agent operating in the TextCraft interactive crafting environment, modeled after "
          "Minecraft. Your goal is to craft a target item by combining ingredients along a chain of recipes.\n"
          "Task context (constant across the episode):\n{task}\n")
 _TEMPLATE = PromptTemplate(
     first=_HEAD + "Your current observation is:\n{current_observation}\nCurrent inventory: {inventory}\n"
-    + _FORMATS + "\n" + THINK_ACTION_INSTRUCTION,
+    + _FORMATS + "\n" + _EXAMPLE + "\n" + _INSTRUCTION,
     with_history=_HEAD + "Prior to this step, you have already taken {step_count} step(s). Below are the most "
     "recent {history_length} observations and the corresponding actions you took:\n{action_history}\n"
     "You are now at step {current_step} and your current observation is:\n{current_observation}\n"
-    "Current inventory: {inventory}\n" + _FORMATS + "\n" + THINK_ACTION_INSTRUCTION,
+    "Current inventory: {inventory}\n" + _FORMATS + "\n" + _EXAMPLE + "\n" + _INSTRUCTION,
 )
 
 
@@ -89,6 +109,20 @@ def get_graph(recipe_dir: str | Path | None = None) -> CraftingGraph:
 
 # (split, id(graph), task_file) -> tasks; the graphs themselves are kept alive by _graph_at's cache.
 _TASK_CACHE: dict[tuple[str, int, str | None], tuple[TextCraftTask, ...]] = {}
+
+
+def _count(text: str) -> int | None:
+    """The count ``text`` names if it is in 1..MAX_COUNT, else None. Long digit runs are refused before ``int()``,
+    which would raise past Python's 4,300-digit limit (and a step must never raise)."""
+    if len(text) > len(str(MAX_COUNT)):
+        return None
+    n = int(text)
+    return n if 1 <= n <= MAX_COUNT else None
+
+
+def _bad_count(text: str) -> str:
+    shown = text if len(text) <= 12 else text[:12] + "..."
+    return f"invalid count {shown!r}: every count must be a whole number, at least 1 and at most {MAX_COUNT}"
 
 
 def _inventory_text(inv: dict[str, int]) -> str:
@@ -218,10 +252,10 @@ class TextCraftEnv(AgentEnv):
             return StepOutcome(f"Inventory: {_inventory_text(self.inventory)}", process_ok=True)
         m = _GET.match(cmd)
         if m:
-            return self._get(int(m.group(1)), m.group(2))
+            return self._get(m.group(1), m.group(2))
         m = _CRAFT.match(cmd)
         if m:
-            return self._craft(int(m.group(1)), m.group(2), m.group(3))
+            return self._craft(m.group(1), m.group(2), m.group(3))
         reason = f"unknown command {command[:80]!r}"
         return StepOutcome(f"Invalid action: {reason}. Use 'craft <n> <item> using <n> <item>, ...', "
                            "'get <n> <item>' or 'inventory'.", valid=False, invalid_reason=reason)
@@ -229,10 +263,11 @@ class TextCraftEnv(AgentEnv):
     def _fail(self, message: str) -> StepOutcome:
         return StepOutcome(message, process_ok=False, invalid_reason=message)
 
-    def _get(self, n: int, name: str) -> StepOutcome:
+    def _get(self, count_text: str, name: str) -> StepOutcome:
         iid = item_id(name)
-        if n < 1:
-            return self._fail(f"Could not get {n} {name}: the count must be at least 1.")
+        n = _count(count_text)
+        if n is None:
+            return self._fail(f"Could not get {name}: {_bad_count(count_text)}.")
         if not self.task.allow_get:
             return self._fail("Could not get items: in this task base materials come only from your initial "
                               "inventory.")
@@ -241,18 +276,22 @@ class TextCraftEnv(AgentEnv):
         self.inventory[iid] = self.inventory.get(iid, 0) + n
         return StepOutcome(f"Got {n} {display_name(iid)}", process_ok=True)
 
-    def _craft(self, n_out: int, out_name: str, inputs_text: str) -> StepOutcome:
+    def _craft(self, out_text: str, out_name: str, inputs_text: str) -> StepOutcome:
         out = item_id(out_name)
-        given: list[tuple[str, int]] = []
+        given: list[tuple[str, str]] = []
         for part in inputs_text.split(","):
             m = _COUNT_ITEM.match(part.strip())
             if not m:
                 reason = f"wrong item format {part.strip()!r}: write '<count> <item>'"
                 return StepOutcome(f"Invalid action: {reason}.", valid=False, invalid_reason=reason)
-            given.append((item_id(m.group(2)), int(m.group(1))))
+            given.append((item_id(m.group(2)), m.group(1)))
+        for text in (out_text, *(c for _, c in given)):
+            if _count(text) is None:
+                return self._fail(f"Could not craft {out_name}: {_bad_count(text)}.")
+        n_out = _count(out_text)
         merged = Counter()
         for it, c in given:
-            merged[it] += c
+            merged[it] += _count(c)
         if self.graph.is_tag(out):
             return self._fail(f"Could not craft {out_name}: it is a generic family; name a specific item.")
         if not self.graph.recipes.get(out):
@@ -285,7 +324,7 @@ class TextCraftEnv(AgentEnv):
     def _match_recipe(self, out: str, n_out: int, given: Counter) -> int | None:
         """The multiple k of a recipe of ``out`` that ``given`` and ``n_out`` match exactly, or None."""
         for r in self.graph.recipes[out]:
-            if n_out % r.count:
+            if n_out < r.count or n_out % r.count:  # k >= 1: crafting 0 times is not a craft
                 continue
             k = n_out // r.count
             if k != 1 and not self.allow_batch_craft:
