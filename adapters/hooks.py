@@ -2,8 +2,9 @@
 
 * :func:`hidden_fingerprints`: the actor's hidden state at one layer at chosen token positions (default: the last
   non-pad token of each row), L2-normalized -- BiPACE's ``actor_hidden`` embedder (bipace.txt Sec. 4, App. H).
-* :func:`calibrate_fingerprint_layer`: the App. H layer scan (cluster count, singleton fraction and linear-probe
-  accuracy per layer on cached observations) and its selection rule.
+* :func:`calibrate_fingerprint_layer`: the App. H scan over layers and eps in {0.05, 0.10, 0.15, 0.20} (cluster
+  count, singleton fraction, median cluster size and linear-probe accuracy on cached observations), its layer
+  selection rule, and App. F's median-cluster-size rule for eps.
 * :func:`answer_probability` / :func:`information_gain`: IGPO / A2TGPO's p_k = exp(mean_j log pi(a*_j | prefix
   through turn k, a*_<j)) and IG_k = p_k - p_{k-1} (spec 4.5), without gradients, in batches.
 * :func:`teacher_student_scores`: SGCD's teacher (the policy with a credit-reference context) and student (the
@@ -30,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "hidden_fingerprints", "LayerScan", "FingerprintCalibration", "calibrate_fingerprint_layer", "linear_probe_accuracy",
+    "EPS_GRID",
     "answer_probability", "information_gain", "TeacherStudentScores", "teacher_student_scores",
 ]
 
@@ -167,44 +169,50 @@ def linear_probe_accuracy(x: np.ndarray, labels: Sequence[Any], *, folds: int = 
     return correct / n
 
 
+#: App. H's threshold grid.
+EPS_GRID = (0.05, 0.10, 0.15, 0.20)
+
+
 @dataclass
 class LayerScan:
+    """One (layer, eps) cell of the App. H scan. ``singleton_fraction``: the fraction of observations alone in
+    their cluster (the estimators' ``singleton_record_frac``); ``probe_accuracy`` depends on the layer only."""
+
     layer: int
+    eps: float
     n_clusters: int
-    singleton_fraction: float  # fraction of clusters of size 1
+    singleton_fraction: float
     probe_accuracy: float
     median_cluster_size: float
 
 
 @dataclass
 class FingerprintCalibration:
-    """The App. H scan: one :class:`LayerScan` per layer and the chosen ``layer`` (None when none qualifies)."""
+    """The App. H result: ``scans`` (one :class:`LayerScan` per layer and eps of the grid), the chosen ``layer``
+    and ``eps`` (None when no layer qualifies), ``eps_calibration`` (the App. F search that set ``eps``:
+    :class:`estimators.bipace.CalibrationResult`) and ``reason``."""
 
     scans: list[LayerScan]
     layer: int | None
-    eps: float
+    eps: float | None
     reason: str = ""
     eps_calibration: Any = None
     extra: dict = field(default_factory=dict)
 
+    def table(self) -> str:
+        """The scan as a text table (layer, eps, clusters, singleton fraction, median size, probe accuracy)."""
+        lines = ["layer    eps  clusters  singleton  median  probe"]
+        for c in self.scans:
+            mark = "  <- layer" if c.layer == self.layer else ""
+            lines.append(f"{c.layer:5d}  {c.eps:5.2f}  {c.n_clusters:8d}  {c.singleton_fraction:9.3f}  "
+                         f"{c.median_cluster_size:6.1f}  {c.probe_accuracy:5.3f}{mark}")
+        return "\n".join(lines)
 
-def calibrate_fingerprint_layer(model: Any, sequences: Sequence[Sequence[int]], labels: Sequence[Any], *,
-                                layers: Sequence[int] | None = None, eps: float = 0.05, min_clusters: int = 5,
-                                max_singleton_fraction: float = 0.9, batch_size: int = 8,
-                                probe_folds: int = 2) -> FingerprintCalibration:
-    """bipace.txt App. H: scan ``layers`` (default: every block, as negative indices) over cached observation
-    prompts ``sequences`` (last-token pool), cluster them with Algorithm 1 at ``eps`` and probe ``labels``
-    (task ids or task families). Pick the layer with the best probe accuracy among the non-degenerate ones:
-    ``n_clusters >= min_clusters``, more than one cluster, and a singleton fraction below
-    ``max_singleton_fraction`` (neither one giant cluster nor all singletons). One forward pass per batch gives
-    every layer at once.
-    """
-    from estimators import greedy_cosine_clusters
 
+def _layer_states(model: Any, seqs: list[list[int]], layers: Sequence[int] | None,
+                  batch_size: int) -> dict[int, np.ndarray]:
+    """Last-token hidden states of every requested layer (all blocks by default), unit-normalized, float64."""
     torch = _torch()
-    seqs = _check_seqs(sequences, "calibrate_fingerprint_layer")
-    if len(labels) != len(seqs):
-        raise ValueError(f"{len(labels)} labels for {len(seqs)} sequences")
     dev = _device(model)
     per_layer: dict[int, list[np.ndarray]] = {}
     with _inference(model):
@@ -217,23 +225,94 @@ def calibrate_fingerprint_layer(model: Any, sequences: Sequence[Sequence[int]], 
             want = list(layers) if layers is not None else list(range(-(n_hs - 1), 0))
             last = torch.as_tensor([len(s) - 1 for s in chunk])
             for layer in want:
+                if not -n_hs <= int(layer) < n_hs:
+                    raise IndexError(f"layer {layer} out of range: the model returns {n_hs} hidden states")
                 h = hs[layer][torch.arange(len(chunk)), last].float().cpu().numpy()
                 per_layer.setdefault(int(layer), []).append(h)
-    scans = []
+    out = {}
     for layer, parts in per_layer.items():
         x = np.concatenate(parts).astype(np.float64)
-        x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-        lab = greedy_cosine_clusters(x, eps)
-        sizes = np.bincount(lab)
-        scans.append(LayerScan(layer=layer, n_clusters=int(sizes.size),
-                               singleton_fraction=float(np.mean(sizes == 1)),
-                               probe_accuracy=float(linear_probe_accuracy(x, labels, folds=probe_folds)),
-                               median_cluster_size=float(np.median(sizes))))
-    ok = [s for s in scans if s.n_clusters >= max(min_clusters, 2) and s.singleton_fraction < max_singleton_fraction]
-    if not ok:
-        return FingerprintCalibration(scans, None, eps, reason="no layer is non-degenerate at this eps")
-    best = max(ok, key=lambda s: (s.probe_accuracy, s.n_clusters, -abs(s.layer)))
-    return FingerprintCalibration(scans, best.layer, eps, reason="best probe accuracy among non-degenerate layers")
+        out[layer] = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    return out
+
+
+def _audit_batch(groups: Sequence[Any]):
+    """The cached observations as a TrajectoryBatch of one-turn trajectories (clustered per group, as in training)."""
+    from estimators import TrajectoryBatch
+
+    n = len(groups)
+    _, gid = np.unique(np.asarray([str(g) for g in groups], dtype=object), return_inverse=True)
+    return TrajectoryBatch(group_id=gid.astype(np.int64), traj_id=np.arange(n), turn_idx=np.zeros(n, np.int32),
+                           reward=np.zeros(n, np.float32), done=np.ones(n, bool))
+
+
+def calibrate_fingerprint_layer(model: Any, sequences: Sequence[Sequence[int]], labels: Sequence[Any], *,
+                                layers: Sequence[int] | None = None, eps_grid: Sequence[float] = EPS_GRID,
+                                groups: Sequence[Any] | None = None, min_clusters: int = 5,
+                                max_singleton_fraction: float = 0.9, eps_range: tuple[float, float] = (0.02, 0.40),
+                                target: tuple[float, float] = (4.0, 8.0), max_probes: int = 6, batch_size: int = 8,
+                                probe_folds: int = 2) -> FingerprintCalibration:
+    """bipace.txt App. H, then App. F.
+
+    1. Scan: the last-token hidden state of every layer in ``layers`` (default: every block, negative indices) for
+       the cached observation prompts ``sequences``; per layer, the cross-validated linear-probe accuracy of
+       ``labels`` (task ids or task families); per (layer, eps) of ``eps_grid`` (App. H: 0.05, 0.10, 0.15, 0.20),
+       Algorithm 1 clusters within each of ``groups`` (default: one pool) with their count, singleton fraction and
+       median size.
+    2. Layer: the best probe accuracy among the layers that are non-degenerate at some eps of the grid:
+       ``n_clusters >= min_clusters`` (App. H: 5, to resolve ALFWorld's six families) and a singleton fraction
+       below ``max_singleton_fraction`` (neither one giant cluster nor all singletons). Ties: more clusters, then
+       the earlier entry of ``layers``.
+    3. eps: App. F's median-cluster-size rule on that layer (:func:`estimators.calibrate_eps`: a binary search in
+       ``eps_range`` for a median cluster size inside ``target`` = [4, 8], at most ``max_probes`` probes).
+
+    One forward pass per batch gives every layer at once. Only the last-token pooling (App. H's most robust one)
+    is implemented.
+    """
+    from estimators import calibrate_eps, greedy_cosine_clusters
+
+    seqs = _check_seqs(sequences, "calibrate_fingerprint_layer")
+    if len(labels) != len(seqs):
+        raise ValueError(f"{len(labels)} labels for {len(seqs)} sequences")
+    if groups is not None and len(groups) != len(seqs):
+        raise ValueError(f"{len(groups)} groups for {len(seqs)} sequences")
+    grid = sorted(float(e) for e in eps_grid)
+    if not grid or any(not 0 <= e <= 2 for e in grid):
+        raise ValueError(f"eps_grid must hold cosine distances in [0, 2], got {list(eps_grid)}")
+    group_of = np.asarray([str(g) for g in (groups if groups is not None else [""] * len(seqs))], dtype=object)
+    states = _layer_states(model, seqs, layers, batch_size)
+    scans: list[LayerScan] = []
+    probe_of: dict[int, float] = {}
+    for layer, x in states.items():
+        probe = probe_of[layer] = float(linear_probe_accuracy(x, labels, folds=probe_folds))
+        for eps in grid:
+            sizes_all: list[np.ndarray] = []
+            singles = 0
+            for g in dict.fromkeys(group_of.tolist()):
+                sizes = np.bincount(greedy_cosine_clusters(x[group_of == g], eps))
+                sizes_all.append(sizes)
+                singles += int((sizes == 1).sum())
+            sizes = np.concatenate(sizes_all)
+            scans.append(LayerScan(layer=layer, eps=eps, n_clusters=int(sizes.size),
+                                   singleton_fraction=singles / len(seqs), probe_accuracy=probe,
+                                   median_cluster_size=float(np.median(sizes))))
+
+    def ok(c: LayerScan) -> bool:
+        return c.n_clusters >= max(min_clusters, 2) and c.singleton_fraction < max_singleton_fraction
+
+    eligible = {c.layer for c in scans if ok(c)}
+    if not eligible:
+        return FingerprintCalibration(scans, None, None, reason=f"no layer is non-degenerate at any eps of {grid}")
+    order = {layer: i for i, layer in enumerate(states)}
+    best = max(eligible, key=lambda layer: (probe_of[layer],
+                                            max(c.n_clusters for c in scans if c.layer == layer and ok(c)),
+                                            -order[layer]))
+    cal = calibrate_eps(_audit_batch(group_of.tolist()), states[best], lo=eps_range[0], hi=eps_range[1],
+                        target=target, max_probes=max_probes)
+    why = (f"layer {best}: best probe accuracy among the layers non-degenerate at some eps of {grid}; eps "
+           f"{cal.eps:.4f} by the median-cluster-size rule ({'inside' if cal.inside_target else 'closest to'} "
+           f"{list(target)} after {len(cal.probes)} probes)")
+    return FingerprintCalibration(scans, best, float(cal.eps), reason=why, eps_calibration=cal)
 
 
 # ---------------------------------------------------------------------------------------- information gain
@@ -251,13 +330,15 @@ def answer_probability(model: Any, contexts: Sequence[Sequence[int]], targets: S
         for start in range(0, len(ctx), batch_size):
             seqs = [c + t for c, t in zip(ctx[start:start + batch_size], tgt[start:start + batch_size])]
             ids, mask = _pad_right(seqs, _pad_id(model))
-            logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False).logits.float()
-            logp = torch.log_softmax(logits, dim=-1)
+            logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False).logits
             for i, (c, t) in enumerate(zip(ctx[start:start + batch_size], tgt[start:start + batch_size])):
-                # token at position p is predicted by the logits at p - 1
-                pos = torch.arange(len(c) - 1, len(c) + len(t) - 1, device=logp.device)
-                lp = logp[i, pos, torch.as_tensor(t, device=logp.device)]
+                # token at position p is predicted by the logits at p - 1; only those len(t) rows are normalized
+                # (logsumexp), never a float32 log-softmax over the whole [b, S, V] block
+                rows = logits[i, len(c) - 1:len(c) + len(t) - 1].float()
+                at = torch.gather(rows, -1, torch.as_tensor(t, device=rows.device).unsqueeze(-1)).squeeze(-1)
+                lp = at - torch.logsumexp(rows, dim=-1)
                 out[start + i] = float(torch.exp(lp.double().mean()))
+            del logits
     return out
 
 
@@ -343,19 +424,19 @@ class TeacherStudentScores:
                     obs_in_topk=self.obs_in_topk)
 
 
-def _response_logprobs(model, prompts: list[list[int]], responses: list[list[int]], batch_size: int):
-    """Per row: full log-softmax over the vocabulary at each response position ``[len(resp), V]`` (float32)."""
+def _response_rows(model, prompts: list[list[int]], responses: list[list[int]], batch_size: int):
+    """Yields ``(row, logp)``: the float32 log-softmax over the vocabulary at each of the row's response positions
+    (``[len(response), V]``). One micro-batch's logits are alive at a time and only a row's response positions are
+    normalized; the caller reduces each row to O(K) numbers per position before asking for the next one."""
     torch = _torch()
     dev = _device(model)
-    out = []
     for start in range(0, len(prompts), batch_size):
-        seqs = [p + r for p, r in zip(prompts[start:start + batch_size], responses[start:start + batch_size])]
-        ids, mask = _pad_right(seqs, _pad_id(model))
-        logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False).logits.float()
-        logp = torch.log_softmax(logits, dim=-1)
-        for i, (p, r) in enumerate(zip(prompts[start:start + batch_size], responses[start:start + batch_size])):
-            out.append(logp[i, len(p) - 1:len(p) + len(r) - 1])
-    return out
+        ps, rs = prompts[start:start + batch_size], responses[start:start + batch_size]
+        ids, mask = _pad_right([p + r for p, r in zip(ps, rs)], _pad_id(model))
+        logits = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), use_cache=False).logits
+        for i, (p, r) in enumerate(zip(ps, rs)):
+            yield start + i, torch.log_softmax(logits[i, len(p) - 1:len(p) + len(r) - 1].float(), dim=-1)
+        del logits
 
 
 def teacher_student_scores(model: Any, student_prompts: Sequence[Sequence[int]],
@@ -374,41 +455,56 @@ def teacher_student_scores(model: Any, student_prompts: Sequence[Sequence[int]],
         raise ValueError("top_k must be >= 1")
     B = len(rs)
     L = max((len(r) for r in rs), default=0)
-    with _inference(model):
-        s_lp = _response_logprobs(model, sp, rs, batch_size)
-        t_lp = _response_logprobs(model, tp, rs, batch_size)
-    V = s_lp[0].shape[-1] if s_lp else 1
-    K = min(int(top_k), int(V))
     f32 = np.float32
-    arr = {name: np.zeros((B, L, K), dtype=f32) for name in ("tk", "sk")}
-    ids_out = np.zeros((B, L, K), dtype=np.int64)
     flat = {name: np.zeros((B, L), dtype=f32) for name in ("to", "so", "tt", "st", "th", "sh")}
     in_topk = np.zeros((B, L), dtype=bool)
     valid = np.zeros((B, L), dtype=bool)
-    for i, r in enumerate(rs):
-        n = len(r)
-        if n == 0:
-            continue
-        tl, sl = t_lp[i], s_lp[i]
-        tv, ti = torch.topk(tl, K, dim=-1)
-        sv = torch.gather(sl, -1, ti)
-        y = torch.as_tensor(r, device=tl.device).unsqueeze(-1)
-        to = torch.gather(tl, -1, y).squeeze(-1)
-        so = torch.gather(sl, -1, y).squeeze(-1)
-        inside = (ti == y).any(-1)
-        t_mass = tv.exp().sum(-1) + torch.where(inside, torch.zeros_like(to), to.exp())
-        s_mass = sv.exp().sum(-1) + torch.where(inside, torch.zeros_like(so), so.exp())
-        arr["tk"][i, :n] = tv.cpu().numpy()
-        arr["sk"][i, :n] = sv.cpu().numpy()
-        ids_out[i, :n] = ti.cpu().numpy()
-        flat["to"][i, :n] = to.cpu().numpy()
-        flat["so"][i, :n] = so.cpu().numpy()
-        flat["tt"][i, :n] = torch.clamp(1.0 - t_mass, min=1e-12).cpu().numpy()
-        flat["st"][i, :n] = torch.clamp(1.0 - s_mass, min=1e-12).cpu().numpy()
-        flat["th"][i, :n] = (-(tl.exp() * tl).sum(-1)).cpu().numpy()
-        flat["sh"][i, :n] = (-(sl.exp() * sl).sum(-1)).cpu().numpy()
-        in_topk[i, :n] = inside.cpu().numpy()
-        valid[i, :n] = True
+    arr: dict[str, np.ndarray] = {}
+    ids_out = np.zeros((B, L, 0), dtype=np.int64)
+
+    def mass(top: "torch.Tensor", at_obs: "torch.Tensor", inside: "torch.Tensor") -> "torch.Tensor":
+        # probability in the top-K plus the sampled token when it lies outside them; the tail is the rest
+        return top.exp().sum(-1) + torch.where(inside, torch.zeros_like(at_obs), at_obs.exp())
+
+    with _inference(model):
+        # teacher pass first: its top-K ids are what the student is read at. Each row is reduced to K values per
+        # position at once, so memory is O(B L K), not the O(B L V) of keeping log-softmax rows for both passes.
+        for i, tl in _response_rows(model, tp, rs, batch_size):
+            if not arr:
+                K = min(int(top_k), int(tl.shape[-1]))
+                arr = {name: np.zeros((B, L, K), dtype=f32) for name in ("tk", "sk")}
+                ids_out = np.zeros((B, L, K), dtype=np.int64)
+            n = len(rs[i])
+            if n == 0:
+                continue
+            tv, ti = torch.topk(tl, arr["tk"].shape[-1], dim=-1)
+            y = torch.as_tensor(rs[i], device=tl.device).unsqueeze(-1)
+            to = torch.gather(tl, -1, y).squeeze(-1)
+            inside = (ti == y).any(-1)
+            arr["tk"][i, :n] = tv.cpu().numpy()
+            ids_out[i, :n] = ti.cpu().numpy()
+            flat["to"][i, :n] = to.cpu().numpy()
+            flat["tt"][i, :n] = torch.clamp(1.0 - mass(tv, to, inside), min=1e-12).cpu().numpy()
+            flat["th"][i, :n] = (-(tl.exp() * tl).sum(-1)).cpu().numpy()
+            in_topk[i, :n] = inside.cpu().numpy()
+            valid[i, :n] = True
+        for i, sl in _response_rows(model, sp, rs, batch_size):
+            n = len(rs[i])
+            if n == 0:
+                continue
+            ti = torch.as_tensor(ids_out[i, :n], device=sl.device)
+            sv = torch.gather(sl, -1, ti)
+            y = torch.as_tensor(rs[i], device=sl.device).unsqueeze(-1)
+            so = torch.gather(sl, -1, y).squeeze(-1)
+            inside = torch.as_tensor(in_topk[i, :n], device=sl.device)
+            arr["sk"][i, :n] = sv.cpu().numpy()
+            flat["so"][i, :n] = so.cpu().numpy()
+            flat["st"][i, :n] = torch.clamp(1.0 - mass(sv, so, inside), min=1e-12).cpu().numpy()
+            flat["sh"][i, :n] = (-(sl.exp() * sl).sum(-1)).cpu().numpy()
+    if not arr:  # no rows at all
+        K = 1
+        arr = {name: np.zeros((B, L, K), dtype=f32) for name in ("tk", "sk")}
+        ids_out = np.zeros((B, L, K), dtype=np.int64)
     return TeacherStudentScores(
         teacher_topk_logprob=arr["tk"], teacher_topk_ids=ids_out, student_logprob_on_teacher_topk=arr["sk"],
         teacher_logprob_obs=flat["to"], student_logprob_obs=flat["so"], obs_in_topk=in_topk,

@@ -7,7 +7,10 @@
     agentgym train --save-tiny-model /tmp/tiny --env TextCraft-v0   # a tiny random model for CPU smoke runs
 
 Config files use the flag names with underscores (``group_size = 8``; ``estimator_config = {eps = 0.1}``;
-``env_kwargs = {split = "demo"}``). Each logging step writes TRL's metrics plus the estimator's diagnostics
+``env_kwargs = {split = "demo"}``). The loss is the estimator's spec recipe (``adapters.trl.loss_plan``, logged at
+start); ``--epsilon``, ``--epsilon-high``, ``--beta`` and ``--loss-type`` (``dapo`` = token-mean, ``grpo`` =
+seq-mean-token-mean, ``dr_grpo`` = seq-mean-token-sum-norm) override its clip bounds, KL coefficient and
+aggregation. PVPO's static value table comes from a JSON file ``{task_id: V}``: ``--set v_table=vtable.json``. Each logging step writes TRL's metrics plus the estimator's diagnostics
 (``agentgym/*``: singleton fraction, cluster sizes, PACE row mix, clip-scale and credit-weight stats, success,
 turns, invalid-action fraction) to the log and to ``<output_dir>/metrics.jsonl``. Checkpoints go to
 ``<output_dir>/checkpoint-N`` every ``--save-steps`` steps and at the end; ``--resume`` (or ``--resume PATH``)
@@ -27,7 +30,11 @@ from typing import Any, Sequence
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TrainSettings", "parse_settings", "build_trainer", "run", "main"]
+__all__ = ["TrainSettings", "SettingsError", "parse_settings", "build_trainer", "load_v_table", "run", "main"]
+
+
+class SettingsError(ValueError):
+    """A setting is unusable (found while building the trainer): ``agentgym train`` reports it and exits 2."""
 
 
 @dataclass
@@ -46,10 +53,10 @@ class TrainSettings:
     steps: int = 10
     output_dir: str = "runs/agentgym"
     learning_rate: float = 1e-6
-    beta: float = 0.0
+    beta: float | None = None
     loss: str | None = None
-    loss_type: str = "dapo"
-    epsilon: float = 0.2
+    loss_type: str | None = None
+    epsilon: float | None = None
     epsilon_high: float | None = None
     num_iterations: int = 1
     max_turns: int = 8
@@ -77,7 +84,7 @@ class TrainSettings:
 _FIELDS = {f.name: f for f in fields(TrainSettings)}
 _JSON_FIELDS = ("estimator_config", "env_kwargs")
 _INT = {"n_tasks": int, "max_prompt_tokens": int, "save_total_limit": int}
-_FLOAT = ("epsilon_high", "invalid_action_penalty")
+_FLOAT = ("beta", "epsilon", "epsilon_high", "invalid_action_penalty")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -168,15 +175,55 @@ def _metrics_callback(path: Path):
     return _JsonlMetrics()
 
 
+def load_v_table(path: str | os.PathLike):
+    """PVPO's :class:`estimators.pvpo.StaticValueTable` from a JSON object ``{task_id: V}`` (V a number)."""
+    from estimators.pvpo import StaticValueTable
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise SettingsError(f"v_table: cannot read {path}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise SettingsError(f"v_table: {path} is not valid JSON ({e.msg})") from None
+    if not isinstance(data, dict) or not data:
+        raise SettingsError(f"v_table: {path} must hold a non-empty JSON object {{task_id: V}}")
+    bad = [k for k, v in data.items() if isinstance(v, bool) or not isinstance(v, (int, float))]
+    if bad:
+        raise SettingsError(f"v_table: {path}: the value of task(s) {bad[:5]} is not a number")
+    return StaticValueTable({str(k): float(v) for k, v in data.items()})
+
+
+def _loss_overrides(s: TrainSettings) -> dict:
+    """The recipe fields the TRL-style flags override (None = keep the estimator's recipe)."""
+    from .trl import TRL_LOSS_TYPE
+
+    out: dict[str, Any] = {}
+    if s.epsilon is not None:
+        out["clip_low"] = float(s.epsilon)
+    if s.epsilon_high is not None:
+        out["clip_high"] = float(s.epsilon_high)
+    if s.beta is not None:
+        out["kl_coef"] = float(s.beta)
+    if s.loss_type is not None:
+        agg = {v: k for k, v in TRL_LOSS_TYPE.items()}.get(s.loss_type)
+        if agg is None:
+            raise SettingsError(f"--loss-type {s.loss_type!r}: choose one of {sorted(TRL_LOSS_TYPE.values())} (TRL's "
+                             "loss types that compute a spec aggregation)")
+        out["agg"] = agg
+    return out
+
+
 def build_trainer(s: TrainSettings):
     """The model, tokenizer, dataset and :class:`adapters.trl.AgentGymGRPOTrainer` for settings ``s``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from estimators import ConfigError
 
     from .episodes import EpisodeConfig
     from .trl import AgentGymConfig, AgentGymGRPOTrainer, GRPOConfig, make_task_dataset
 
     if not s.model:
-        raise ValueError("--model is required (a Hugging Face model id or a local directory)")
+        raise SettingsError("--model is required (a Hugging Face model id or a local directory)")
     env_kwargs = dict(s.env_kwargs)
     if s.split is not None:
         env_kwargs["split"] = s.split
@@ -193,18 +240,30 @@ def build_trainer(s: TrainSettings):
 
         summarizer = OpenAISummarizer(base_url=s.summarizer_url, model=s.summarizer_model or "default",
                                       api_key=os.environ.get("AGENTGYM_SUMMARIZER_API_KEY"))
-    ag = AgentGymConfig(
-        env_id=s.env, estimator=s.estimator, estimator_config=dict(s.estimator_config), env_kwargs=env_kwargs,
-        episode=EpisodeConfig(max_turns=s.max_turns, max_new_tokens=s.max_new_tokens,
-                              max_completion_tokens=s.max_completion_tokens, max_prompt_tokens=s.max_prompt_tokens,
-                              obs_template=s.obs_template, temperature=s.temperature, top_p=s.top_p),
-        fingerprint_layer=s.fingerprint_layer, summarizer=summarizer, loss=s.loss)
+    est_cfg = dict(s.estimator_config)
     n_tasks = s.n_tasks if s.n_tasks is not None else max(s.batch_groups * s.steps, s.batch_groups)
     ds = make_task_dataset(s.env, n_tasks, env_kwargs=env_kwargs, seed=s.seed)
+    if isinstance(est_cfg.get("v_table"), (str, os.PathLike)):
+        est_cfg["v_table"] = load_v_table(est_cfg["v_table"])
+        missing = sorted(set(ds["task_id"]) - set(est_cfg["v_table"].values))
+        if missing:  # fail before training, not at the first batch
+            raise SettingsError(f"v_table {s.estimator_config['v_table']}: no value for task(s) {missing[:5]}"
+                             f"{' ...' if len(missing) > 5 else ''} of the {len(ds)} training tasks")
+    try:
+        ag = AgentGymConfig(
+            env_id=s.env, estimator=s.estimator, estimator_config=est_cfg, env_kwargs=env_kwargs,
+            episode=EpisodeConfig(max_turns=s.max_turns, max_new_tokens=s.max_new_tokens,
+                                  max_completion_tokens=s.max_completion_tokens,
+                                  max_prompt_tokens=s.max_prompt_tokens, obs_template=s.obs_template,
+                                  temperature=s.temperature, top_p=s.top_p),
+            fingerprint_layer=s.fingerprint_layer, summarizer=summarizer, loss=s.loss,
+            loss_overrides=_loss_overrides(s))
+    except ConfigError as e:  # an unknown estimator or config key
+        raise SettingsError(str(e)) from None
+    # the loss fields (loss_type, epsilon, epsilon_high, delta, beta) are set by the trainer from the loss plan
     args = GRPOConfig(
         output_dir=s.output_dir, per_device_train_batch_size=s.batch_groups * s.group_size,
-        num_generations=s.group_size, max_steps=s.steps, learning_rate=s.learning_rate, beta=s.beta,
-        loss_type=s.loss_type, epsilon=s.epsilon, epsilon_high=s.epsilon_high, num_iterations=s.num_iterations,
+        num_generations=s.group_size, max_steps=s.steps, learning_rate=s.learning_rate, num_iterations=s.num_iterations,
         max_completion_length=s.max_completion_tokens, use_cpu=s.cpu, bf16=s.bf16,
         gradient_checkpointing=s.gradient_checkpointing, logging_steps=s.logging_steps, save_strategy="steps",
         save_steps=s.save_steps, save_total_limit=s.save_total_limit, report_to="none", seed=s.seed,
@@ -250,7 +309,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         logger.error("%s", e)
         return 2
-    run(settings)
+    try:
+        run(settings)
+    except SettingsError as e:
+        logger.error("%s", e)
+        return 2
     return 0
 
 

@@ -11,9 +11,11 @@
   fingerprints for BiGPO / BiPACE, information gain for IGPO / A2TGPO, teacher/student scores for SGCD), runs
   ``estimators.compute_advantage`` and replaces TRL's ``advantages`` with the estimator's ``token_adv`` ``[B, T]``
   and TRL's token mask with the estimator's ``loss_mask`` (dynamic-sampling filters drop whole groups);
-* ``_compute_loss`` is overridden only where TRL's built-in losses cannot express the estimator: per-token clip
-  scales (A2TGPO / IGPO with ``clip_lambda`` > 0) and the turn-level ratio, via :func:`estimators.losses.policy_loss`.
-  Everything else (GRPO, GiGPO, BiPACE, GVPO, SGCD's weights folded into the advantage, PVPO) uses TRL's loss.
+* the loss follows each estimator's spec 6.5 recipe (:data:`ESTIMATOR_RECIPE`, :func:`loss_plan`, logged at
+  start): the trainer sets GRPOConfig's ``loss_type`` / ``epsilon`` / ``epsilon_high`` / ``delta`` (dual clip) /
+  ``beta`` from it, and TRL's own loss computes the recipe wherever it can express it exactly
+  (:data:`TRL_LOSS_TYPE`); ``_compute_loss`` switches to :func:`estimators.losses.policy_loss` with the recipe only
+  where it cannot: per-token clip scales (A2TGPO, IGPO with ``clip_lambda`` > 0) and the turn-level ratio.
 
 The reward TRL logs is the episode return (sum of env rewards). Single process only for now (groups must not
 straddle processes; the constructor checks it).
@@ -21,6 +23,7 @@ straddle processes; the constructor checks it).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
@@ -41,7 +44,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError("trl", "trl", "the TRL adapter (adapters.trl)") from e
 
 __all__ = ["AgentGymConfig", "AgentGymGRPOTrainer", "make_task_dataset", "env_return_reward", "GRPOConfig",
-           "SUPPORTED_TRL"]
+           "SUPPORTED_TRL", "ESTIMATOR_RECIPE", "TRL_LOSS_TYPE", "LossPlan", "loss_plan"]
 
 SUPPORTED_TRL = (">=1.16", "<1.17")
 
@@ -59,6 +62,106 @@ def _check_trl_version() -> None:
                        *SUPPORTED_TRL, trl.__version__)
 
 
+# ------------------------------------------------------------------------------------------ loss recipes
+#: The spec 6.5 recipe (``estimators.losses.RECIPES``) each estimator trains with. Estimators without a recipe of
+#: their own take the one of the method they extend: RLOO and IGPO (fixed clip: "the standard clipped policy
+#: objective" of a2tgpo.txt Sec. 3) train with GRPO's, HGPO with GiGPO's.
+ESTIMATOR_RECIPE: dict[str, str] = {
+    "grpo": "grpo", "dr_grpo": "dr_grpo", "rloo": "grpo", "dapo": "dapo", "gigpo": "gigpo", "hgpo": "gigpo",
+    "bigpo": "bigpo", "bipace": "bipace", "igpo": "grpo", "a2tgpo": "a2tgpo", "gvpo": "gvpo", "pvpo": "pvpo",
+    "sgcd": "sgcd",
+}
+
+#: spec 6.4 aggregation -> the TRL 1.16 ``loss_type`` that computes exactly it: "dapo" divides by the generation
+#: batch's active tokens (token-mean), "grpo" averages each row's token mean over the rows (seq-mean-token-mean),
+#: "dr_grpo" divides by rows x ``max_completion_length`` (seq-mean-token-sum-norm with L_norm the completion
+#: budget). TRL's ``delta`` (clamp of the ratio at delta) equals the spec's dual clip c_dual in value and gradient
+#: (for A < 0 the loss is -A min(max(r, clip(r)), delta); for A > 0 it changes nothing while delta > 1 + eps_high),
+#: and ``beta`` adds beta x k3 KL before the same aggregation (TRL does not clamp k3 at 10, the spec does; the two
+#: differ only where a token's KL exceeds 10) provided ``use_bias_correction_kl`` is off (TRL 1.16's default
+#: multiplies the KL by the ratio, which the spec's k3 term does not). One more difference: TRL's "grpo" also counts
+#: rows without trained tokens in its row mean, the spec leaves them out; here every row holds generated tokens
+#: unless a dynamic-sampling filter zeroed its group (DAPO, whose recipe is token-mean).
+TRL_LOSS_TYPE: dict[str, str] = {"token-mean": "dapo", "seq-mean-token-mean": "grpo",
+                                 "seq-mean-token-sum-norm": "dr_grpo"}
+
+
+
+@dataclass(frozen=True)
+class LossPlan:
+    """How one estimator's loss is computed: ``recipe`` (the spec 6.5 recipe, overrides applied), ``custom``
+    (True: :func:`estimators.losses.policy_loss` in ``_compute_loss``; False: TRL's own loss, configured by
+    ``trl`` to compute exactly the recipe) and ``trl`` (the GRPOConfig loss fields; set in both cases: ``beta``
+    also decides whether TRL computes reference log-probs)."""
+
+    estimator: str
+    recipe_name: str
+    recipe: Any
+    custom: bool
+    trl: dict
+    reason: str
+
+    def describe(self) -> str:
+        r = self.recipe
+        dual = f"dual clip {r.c_dual}" if r.c_dual is not None else "no dual clip"
+        rec = (f"recipe {self.recipe_name!r}: {r.ratio} ratio, clip {r.clip_low}/{r.clip_high}, {dual}, {r.agg}, "
+               f"KL {r.kl_coef}")
+        trl = ", ".join(f"{k}={v!r}" for k, v in self.trl.items())
+        route = "adapter policy_loss" if self.custom else "TRL's loss"
+        return f"loss for {self.estimator}: {rec} -> {route} ({self.reason}); GRPOConfig {trl}"
+
+
+def loss_plan(estimator: str, estimator_config: dict | None = None, *, loss: str | None = None,
+              overrides: dict | None = None, max_completion_length: int | None = None,
+              completion_budget: int | None = None) -> LossPlan:
+    """The loss of ``estimator`` (see :data:`ESTIMATOR_RECIPE`, :data:`TRL_LOSS_TYPE`).
+
+    ``loss`` names a recipe to use instead (always through the adapter's ``policy_loss``); ``overrides`` replace
+    recipe fields (e.g. ``{"kl_coef": 0.0}`` to train without a reference model). TRL computes the loss itself
+    when it can express the recipe exactly: a token ratio, per-row sequences, one of the three aggregations of
+    :data:`TRL_LOSS_TYPE`, no per-token clip scales (A2TGPO, and IGPO with ``clip_lambda`` > 0, have them) and, for
+    Dr.GRPO, L_norm equal to TRL's ``max_completion_length`` (the recipe's L_norm defaults to the episode's
+    ``completion_budget``)."""
+    from estimators import make_config
+    from estimators.losses import get_recipe
+
+    if estimator not in ESTIMATOR_RECIPE:
+        raise ValueError(f"no loss recipe for estimator {estimator!r}; known: {sorted(ESTIMATOR_RECIPE)}")
+    name = loss or ESTIMATOR_RECIPE[estimator]
+    recipe = get_recipe(name, **dict(overrides or {}))
+    cfg = make_config(estimator, **dict(estimator_config or {}))
+    trl = {"loss_type": TRL_LOSS_TYPE.get(recipe.agg, "dapo"), "epsilon": recipe.clip_low,
+           "epsilon_high": recipe.clip_high, "delta": recipe.c_dual, "beta": recipe.kl_coef,
+           "use_bias_correction_kl": False, "importance_sampling_level": "token"}
+    l_norm = recipe.l_norm if recipe.l_norm is not None else completion_budget
+    if loss is not None:
+        reason = f"loss={loss!r} forces the adapter's loss"
+    elif recipe.ratio != "token":
+        reason = f"TRL has no {recipe.ratio}-level ratio of this form"
+    elif float(getattr(cfg, "clip_lambda", 0.0) or 0.0) > 0:
+        reason = "per-token clip scales (clip_lambda > 0)"
+    elif recipe.agg not in TRL_LOSS_TYPE or recipe.seq_unit != "row":
+        reason = f"TRL has no {recipe.agg} aggregation over {recipe.seq_unit}s"
+    elif recipe.agg == "seq-mean-token-sum-norm" and l_norm is not None and max_completion_length is not None \
+            and int(l_norm) != int(max_completion_length):
+        reason = f"L_norm {l_norm} differs from TRL's max_completion_length {max_completion_length}"
+    else:
+        return LossPlan(estimator, name, recipe, False, trl, "TRL expresses the recipe exactly")
+    return LossPlan(estimator, name, recipe, True, trl, reason)
+
+
+def _apply_loss_plan(args: Any, plan: LossPlan) -> None:
+    """Set ``args``' loss fields from ``plan``; warn where a value set by hand (not GRPOConfig's default) is
+    replaced."""
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    for key, value in plan.trl.items():
+        old = getattr(args, key)
+        if old != value and old != defaults.get(key):
+            logger.warning("GRPOConfig.%s=%r replaced by %r from the %s recipe (change the recipe with "
+                           "AgentGymConfig.loss_overrides)", key, old, value, plan.recipe_name)
+        setattr(args, key, value)
+
+
 @dataclass
 class AgentGymConfig:
     """What the adapter adds to a ``GRPOConfig``.
@@ -73,8 +176,11 @@ class AgentGymConfig:
     * ``summarizer``: SGCD credit reference (default :class:`adapters.summarizers.RuleBasedSummarizer`);
       ``reference_template`` wraps it after the prompt for the teacher pass; ``sgcd_top_k`` is K (default: the
       estimator's ``top_k``, 100);
-    * ``loss``: None = automatic (custom loss for A2TGPO, and IGPO with ``clip_lambda`` > 0, only), or a recipe name of
-      ``estimators.losses.RECIPES`` to force the custom loss with that recipe; ``loss_overrides`` replace its fields;
+    * ``loss``: None = the estimator's recipe (:func:`loss_plan`: TRL's loss where it expresses the recipe
+      exactly, else the adapter's), or a recipe name of ``estimators.losses.RECIPES`` to force the adapter's loss
+      with that recipe; ``loss_overrides`` replace recipe fields (``{"kl_coef": 0.0}``: no reference model). The
+      trainer overwrites the GRPOConfig loss fields (``loss_type``, ``epsilon``, ``epsilon_high``, ``delta``,
+      ``beta``, ``use_bias_correction_kl``) with the plan's;
     * ``record_advantages``: keep what each loss call used (``trainer.ag_used_advantages``: dicts of
       ``advantages``, ``row`` (episode index in ``ag_last_episodes``), ``completion_ids``, ``completion_mask``,
       ``tool_mask``, rows in TRL's shuffled order).
@@ -143,6 +249,14 @@ class AgentGymGRPOTrainer(GRPOTrainer):
             raise ValueError("AgentGymGRPOTrainer sets rollout_func itself")
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         _check_trl_version()
+        if args is None:
+            args = GRPOConfig(output_dir="agentgym-grpo")
+        self.ag_loss_plan = loss_plan(agentgym.estimator, agentgym.estimator_config, loss=agentgym.loss,
+                                      overrides=agentgym.loss_overrides,
+                                      max_completion_length=args.max_completion_length,
+                                      completion_budget=agentgym.episode.max_completion_tokens)
+        _apply_loss_plan(args, self.ag_loss_plan)
+        logger.info("%s", self.ag_loss_plan.describe())
         self.ag = agentgym
         self._ag_inputs: list[dict] | None = None
         self._ag_envs: dict = {}
@@ -160,10 +274,7 @@ class AgentGymGRPOTrainer(GRPOTrainer):
                                       "processes); launch without accelerate/torchrun multi-process")
         if self.tools:
             raise ValueError("tools are not supported together with agentgym rollouts")
-        # TRL's loss cannot scale clip bounds per token nor use a turn-level ratio: A2TGPO always needs ours,
-        # IGPO only with an adaptive clip (clip_lambda > 0); everything else keeps TRL's loss
-        self._ag_custom_loss = (self.ag.loss is not None or self.ag.estimator == "a2tgpo"
-                                or (self.ag.estimator == "igpo" and self.ag.estimator_config.get("clip_lambda", 0) > 0))
+        self._ag_custom_loss = self.ag_loss_plan.custom
 
     # ------------------------------------------------------------------------------------------ rollout
     def _ag_rollout(self, prompts: list, trainer: Any) -> dict:
@@ -337,7 +448,7 @@ class AgentGymGRPOTrainer(GRPOTrainer):
                 "tool_mask": None if tm is None else tm.detach().cpu().clone()})
         if not self._ag_custom_loss:
             return super()._compute_loss(model, inputs)
-        from estimators.losses import get_recipe, policy_loss
+        from estimators.losses import policy_loss
 
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
@@ -347,10 +458,10 @@ class AgentGymGRPOTrainer(GRPOTrainer):
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
         mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
-        from estimators.losses import RECIPES
-
-        recipe = self.ag.loss or (self.ag.estimator if self.ag.estimator in RECIPES else "a2tgpo")
-        cfg = get_recipe(recipe, **{"kl_coef": float(self.beta), **self.ag.loss_overrides})
+        cfg = self.ag_loss_plan.recipe  # TRL's beta (reference log-probs) was set from its kl_coef
+        if cfg.agg == "seq-mean-token-sum-norm" and cfg.l_norm is None:
+            # Dr.GRPO's fixed L_norm (spec 6.4): the completion budget, not the batch's padded width
+            cfg = dataclasses.replace(cfg, l_norm=self.ag.episode.max_completion_tokens)
         mode = "train" if self.model.training else "eval"
         # TRL's "dapo"-style normalizer: the generation batch's active tokens, rescaled to one accumulation window
         norm = inputs["num_items_in_batch"].clamp(min=1.0).float() / self.accelerator.num_processes

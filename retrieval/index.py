@@ -192,6 +192,7 @@ class DenseIndex(Retriever):
             self.index.hnsw.efSearch = self.params.ef_search
 
     def _meta(self) -> dict:
+        # encoder_config reloads the encoder; it holds no device (the machine's choice, not the index's)
         return {"metric": "inner_product", "dim": self.dim, "encoder": self.encoder.config.identity(),
                 "encoder_config": self.encoder.config.to_dict()}
 
@@ -307,9 +308,7 @@ class BM25Index(Retriever):
             model = bm25s.BM25(k1=params.k1, b=params.b)
             model.index(ids, show_progress=False)
         self.model, self.tokenizer = model, tokenizer
-        n_docs = int(getattr(model, "scores", {}).get("num_docs", len(corpus)))
-        if n_docs != len(corpus):
-            raise EmptyIndexError(f"the BM25 index holds {n_docs} documents for {len(corpus)} passages")
+        _check_bm25_documents(model, len(corpus))
 
     def _meta(self) -> dict:
         return {"metric": "bm25", "dim": None, "encoder": None}
@@ -338,6 +337,22 @@ class BM25Index(Retriever):
         tok = Tokenizer(stopwords=params.stopwords or [], stemmer=None)
         tok.load_vocab(str(d / "bm25"))
         return cls(corpus, params, model=model, tokenizer=tok)
+
+
+def _check_bm25_documents(model, n_passages: int) -> None:
+    """The BM25 model must index exactly the passages: its recorded document count, and every document id its
+    score matrix refers to, against the corpus (a model saved for another passages.jsonl fails here)."""
+    scores = getattr(model, "scores", None)
+    if not isinstance(scores, dict) or "num_docs" not in scores or "indices" not in scores:
+        raise IndexFormatError("the BM25 model has no document count (bm25s scores without 'num_docs'); rebuild "
+                               "the index")
+    n_docs = int(scores["num_docs"])
+    if n_docs != n_passages:
+        raise EmptyIndexError(f"the BM25 index holds {n_docs} documents for {n_passages} passages")
+    ids = scores["indices"]
+    if len(ids) and (int(ids.max()) >= n_passages or int(ids.min()) < 0):
+        raise IndexFormatError(f"the BM25 score matrix refers to document {int(ids.max())}, beyond the "
+                               f"{n_passages} passages")
 
 
 def _bm25s():

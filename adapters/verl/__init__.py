@@ -4,7 +4,9 @@
   builder of an :class:`estimators.TrajectoryBatch` from a verl batch, and the metadata bridge: verl 0.9.1 passes
   a custom estimator only ``token_level_rewards``, ``response_mask``, ``index`` and ``config`` (``non_tensor_batch``
   only to ``gdpo``), so the bridge wraps ``ray_trainer.compute_advantage`` (and the v1 trainer's import of it) to
-  hand ``agentgym_*`` estimators the per-turn metadata the agent loop stored;
+  hand ``agentgym_*`` estimators the per-turn metadata the agent loop stored (estimators that need a model-side
+  column the agent loop cannot supply -- actor-hidden fingerprints, information gain, SGCD scores -- fail with an
+  error naming the alternatives);
 * :mod:`adapters.verl.agent_loop`: ``AgentGymAgentLoop`` (registered as agent loop ``agentgym``), which plays an
   agentgym env multi-turn against verl's rollout server and stores per-turn metadata in ``extra_fields``;
 * :mod:`adapters.verl.losses`: ``agentgym_ppo_loss``, verl's ``ppo_loss`` contract computed by

@@ -2,11 +2,19 @@
 
 Dataset rows select it with ``agent_name = "agentgym"`` (or ``actor_rollout_ref.rollout.agent.default_agent_loop
 = agentgym``) and carry in ``extra_info``: ``env_id``, optional ``task_id``, ``seed``, ``env_kwargs``,
-``max_turns``. ``run()`` resets the env, tokenizes ``env.prompt()`` (through the tokenizer's chat template when it
-has one and ``use_chat_template`` is on), then each turn asks ``server_manager.generate`` for the action, steps the
-env in an executor thread, and appends the observation (``obs_template``) with ``response_mask`` 0. The response is
-cut at ``rollout.response_length``. Per-turn metadata goes to ``extra_fields`` (see :mod:`adapters.verl.bridge`);
+``max_turns``, ``max_tokens_per_turn``. ``run()`` resets the env, tokenizes ``env.prompt()`` (through the
+tokenizer's chat template when it has one and ``use_chat_template`` is on), then each turn asks
+``server_manager.generate`` for the action with ``sampling_params["max_tokens"]`` = the per-turn budget
+(``max_tokens_per_turn`` from the row or the agent loop config, capped by what is left of
+``rollout.response_length``), steps the env in an executor thread, and appends the observation (``obs_template``)
+with ``response_mask`` 0. The response is cut at ``rollout.response_length``; the env is closed when the episode
+ends (or fails). Per-turn metadata goes to ``extra_fields`` (see :mod:`adapters.verl.bridge`), including the text of
+the observation each action was taken on (``obs_text``, for BiGPO / BiPACE's ``hash_ngram`` embedder);
 ``reward_score`` is the episode return.
+
+The loop has no access to the actor's hidden states or to likelihoods of text it did not generate, so it does not
+write the model-side columns ``embedding`` (``actor_hidden`` fingerprints), ``info_gain`` (IGPO / A2TGPO) or SGCD's
+teacher/student scores; :mod:`adapters.verl.bridge` names the alternatives when an estimator needs them.
 """
 
 from __future__ import annotations
@@ -31,14 +39,17 @@ class AgentGymAgentLoop(AgentLoopBase):
 
     obs_template = "\n{observation}\n"
     use_chat_template = False
+    max_tokens_per_turn: int | None = None
 
     def __init__(self, *args: Any, obs_template: str | None = None, use_chat_template: bool | None = None,
-                 **kwargs: Any):
+                 max_tokens_per_turn: int | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         if obs_template is not None:
             self.obs_template = obs_template
         if use_chat_template is not None:
             self.use_chat_template = use_chat_template
+        if max_tokens_per_turn is not None:
+            self.max_tokens_per_turn = int(max_tokens_per_turn)
         self.response_length = int(self.rollout_config.get("response_length", 1024))
 
     def _encode_prompt(self, text: str) -> list[int]:
@@ -60,8 +71,19 @@ class AgentGymAgentLoop(AgentLoopBase):
             env_kwargs["max_turns"] = int(extra["max_turns"])
         seed = int(extra.get("seed", kwargs.get("index", 0) or 0))
         task_id = extra.get("task_id")
+        per_turn = extra.get("max_tokens_per_turn", self.max_tokens_per_turn)
+        per_turn = int(per_turn) if per_turn is not None else None
+        if per_turn is not None and per_turn < 1:
+            raise ValueError(f"max_tokens_per_turn must be >= 1, got {per_turn}")
         env = await loop.run_in_executor(None, lambda: agentgym.make(env_id, **env_kwargs))
-        _obs, info = await loop.run_in_executor(
+        try:
+            return await self._play(env, loop, seed, task_id, sampling_params, per_turn)
+        finally:
+            await loop.run_in_executor(None, env.close)
+
+    async def _play(self, env, loop, seed: int, task_id, sampling_params: dict[str, Any],
+                    per_turn: int | None) -> AgentLoopOutput:
+        obs, info = await loop.run_in_executor(
             None, lambda: env.reset(seed=seed, options={"task_id": str(task_id)} if task_id is not None else None))
         prompt_ids = self._encode_prompt(env.prompt())
         response: list[int] = []
@@ -70,13 +92,16 @@ class AgentGymAgentLoop(AgentLoopBase):
         token_turn: list[int] = []
         turns: list[dict] = []
         acted_on = dict(info)
+        acted_text = str(obs)
         last: dict = dict(info)
         while True:
             room = self.response_length - len(response)
             if room <= 0:
                 break
+            # a fresh dict per call: verl's servers pop max_tokens from the one they get
+            params = dict(sampling_params, max_tokens=min(room, per_turn) if per_turn is not None else room)
             out = await self.server_manager.generate(request_id=uuid.uuid4().hex, prompt_ids=prompt_ids + response,
-                                                     sampling_params=sampling_params)
+                                                     sampling_params=params)
             act = list(out.token_ids)[:room]
             text = self.tokenizer.decode(act, skip_special_tokens=True)
             obs, reward, term, trunc, last = await loop.run_in_executor(None, env.step, text)
@@ -98,12 +123,13 @@ class AgentGymAgentLoop(AgentLoopBase):
                           "reward": float(reward), "valid_action": bool(last.get("action_valid", True)),
                           "action_parsed": last.get("action") is not None,
                           "process_ok": -1 if ok is None else int(bool(ok)),
-                          "is_final_answer": last.get("action_tag") == "answer", "truncated": bool(trunc and not term)})
+                          "is_final_answer": last.get("action_tag") == "answer", "truncated": bool(trunc and not term),
+                          "obs_text": acted_text})
             response += obs_ids
             mask += [0] * len(obs_ids)
             token_turn += [-1] * len(obs_ids)
             logprobs += [0.0] * len(obs_ids)
-            acted_on = dict(last)
+            acted_on, acted_text = dict(last), str(obs)
             if finished:
                 break
         total = float(sum(t["reward"] for t in turns))

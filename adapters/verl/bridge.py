@@ -4,7 +4,8 @@ Per-row metadata (from :class:`adapters.verl.agent_loop.AgentGymAgentLoop`'s ``e
 ``non_tensor_batch``):
 
 * ``agentgym_turns``: one list per row of per-turn dicts (``obs_hash``, ``action_key``, ``reward``, ``valid_action``,
-  ``action_parsed``, ``process_ok``, ``is_final_answer``, ``truncated``; optional ``info_gain``, ``embedding``);
+  ``action_parsed``, ``process_ok``, ``is_final_answer``, ``truncated``, ``obs_text``; optional ``info_gain``,
+  ``embedding``);
 * ``agentgym_token_turn``: one list per row, the turn index of each response token (-1 on observation tokens);
 * ``agentgym_success`` / ``agentgym_task_id``: per row.
 
@@ -12,6 +13,14 @@ Per-row metadata (from :class:`adapters.verl.agent_loop.AgentGymAgentLoop`'s ``e
 trajectory). Without metadata a row is one turn whose reward is the sum of its ``token_level_rewards``: enough for
 the outcome estimators (grpo, rloo, dr_grpo, dapo, gvpo without process flags, pvpo); turn-level estimators then
 raise :class:`estimators.MissingColumnError` naming the missing column.
+
+Model-side columns (:data:`MODEL_SIDE`) come from the policy model itself, which the agent loop does not have (verl's
+rollout server returns token ids and log-probs only): ``embedding`` (BiGPO / BiPACE's default ``actor_hidden``
+embedder), ``info_gain`` (IGPO / A2TGPO) and SGCD's teacher/student scores. An estimator config that needs one the
+batch lacks raises :class:`ModelSideColumnError` naming the column and what runs instead: BiGPO / BiPACE with
+``embedder=hash_ngram`` (the observation text the agent loop stores, filled in as ``obs_text`` here) or
+``embedder=identity`` (exact observation hashes); IGPO / A2TGPO / SGCD through the TRL adapter, or with the column
+written into ``agentgym_turns`` by an agent loop of your own (``info_gain``, ``embedding``).
 
 Written into verl's ``batch`` next to ``advantages`` / ``returns`` (read by :mod:`adapters.verl.losses`):
 ``agentgym_clip_scale`` ``(B, T)`` float when the estimator returns a clip scale (A2TGPO, IGPO with
@@ -27,10 +36,12 @@ from typing import Any
 
 import numpy as np
 
+from estimators import BatchValidationError, MissingColumnError
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["PREFIX", "verl_name", "build_trajectory_batch", "make_estimator_fn", "estimator_config_from",
-           "install_bridge", "BRIDGE_MARK"]
+           "install_bridge", "BRIDGE_MARK", "MODEL_SIDE", "ModelSideColumnError", "check_model_side_columns"]
 
 PREFIX = "agentgym_"
 BRIDGE_MARK = "_agentgym_bridge"
@@ -38,6 +49,61 @@ BRIDGE_MARK = "_agentgym_bridge"
 
 def verl_name(name: str) -> str:
     return PREFIX + name
+
+
+#: estimator -> (column, what computes it, what to use instead under verl)
+MODEL_SIDE: dict[str, tuple[str, str, str]] = {
+    "bigpo": ("embedding", "the actor's hidden-state fingerprints (embedder='embedding', BiPACE's actor_hidden)",
+              "set algorithm.agentgym.{name}.embedder=hash_ngram (character n-grams of the observation text the "
+              "agentgym agent loop stores) or embedder=identity (exact observation hashes), or train with the TRL "
+              "adapter (adapters.trl), which computes actor_hidden fingerprints"),
+    "a2tgpo": ("info_gain", "per-turn information gain (the policy's probability of the gold answer after each "
+               "turn)", "train with the TRL adapter (adapters.trl), which computes it, or write 'info_gain' into "
+               "each turn of extra_fields['agentgym_turns'] from an agent loop of your own"),
+    "sgcd": ("teacher_topk_logprob", "SGCD's teacher/student scores (two scoring passes of the policy)",
+             "train with the TRL adapter (adapters.trl), which computes them"),
+}
+MODEL_SIDE["bipace"] = MODEL_SIDE["bigpo"]
+MODEL_SIDE["igpo"] = MODEL_SIDE["a2tgpo"]
+
+
+class ModelSideColumnError(MissingColumnError):
+    """An estimator config needs a model-side column that the verl agent loop cannot supply (the message names
+    the alternatives)."""
+
+    def __init__(self, column: str, estimator: str, message: str):
+        BatchValidationError.__init__(self, column, message)
+        self.estimator = estimator
+
+
+def _row_turns(ntb: dict, b: int) -> list | None:
+    col = ntb.get("agentgym_turns")
+    return list(col[b]) if col is not None and col[b] is not None and len(col[b]) else None
+
+
+def check_model_side_columns(name: str, cfg: dict, tb, non_tensor_batch=None) -> dict:
+    """Raise :class:`ModelSideColumnError` when estimator ``name`` with config ``cfg`` needs a model-side column
+    that ``tb`` lacks; returns ``cfg``, with ``obs_text`` filled in from the agent loop's metadata for BiGPO /
+    BiPACE's ``hash_ngram`` embedder."""
+    if name in ("bigpo", "bipace"):
+        embedder = cfg.get("embedder", "embedding")
+        if embedder == "hash_ngram" and cfg.get("obs_text") is None:
+            ntb = non_tensor_batch or {}
+            B = tb.response_mask.shape[0]
+            texts = [t.get("obs_text") for b in range(B) for t in (_row_turns(ntb, b) or [{}])]
+            if any(t is None for t in texts):
+                raise ModelSideColumnError("obs_text", name, f"{name} with embedder='hash_ngram' needs the observation text of every "
+                          "turn (extra_fields['agentgym_turns'][k]['obs_text'], written by the agentgym agent loop); "
+                          "some rows have none. Use embedder=identity, or the agentgym agent loop")
+            return dict(cfg, obs_text=texts)
+        if embedder != "embedding":
+            return cfg
+    if name in MODEL_SIDE and not tb.has(MODEL_SIDE[name][0]):
+        column, what, instead = MODEL_SIDE[name]
+        raise ModelSideColumnError(column, name, f"estimator {name!r} needs {what}, a model-side column the agentgym verl agent loop "
+                  f"cannot supply (the rollout server returns token ids and log-probs only); "
+                  f"{instead.format(name=name)}")
+    return cfg
 
 
 def _dense(values) -> np.ndarray:
@@ -56,7 +122,6 @@ def build_trajectory_batch(token_level_rewards, response_mask, index=None, non_t
     B, L = mask.shape
     groups = _dense(index if index is not None else np.arange(B))
     ntb = non_tensor_batch or {}
-    turns_col = ntb.get("agentgym_turns")
     cols: dict[str, list] = {k: [] for k in ("group_id", "traj_id", "turn_idx", "reward", "done", "truncated",
                                              "success", "task_id")}
     extra: dict[str, list] = {k: [] for k in ("obs_hash", "action_key", "valid_action", "action_parsed",
@@ -64,7 +129,7 @@ def build_trajectory_batch(token_level_rewards, response_mask, index=None, non_t
     tti = np.zeros((B, L), dtype=np.int32)
     tmask = mask.copy()
     for b in range(B):
-        turns = list(turns_col[b]) if turns_col is not None and turns_col[b] is not None else None
+        turns = _row_turns(ntb, b)
         success = float(ntb["agentgym_success"][b]) if "agentgym_success" in ntb else float(rew[b].sum() > 0)
         task = str(ntb["agentgym_task_id"][b]) if "agentgym_task_id" in ntb else str(groups[b])
         if not turns:
@@ -99,12 +164,13 @@ def build_trajectory_batch(token_level_rewards, response_mask, index=None, non_t
 
 def estimator_config_from(config: Any, name: str) -> dict:
     """Estimator settings from verl's algorithm config: ``algorithm.agentgym.<name>`` (or ``algorithm.agentgym``
-    when it holds plain values). Missing -> the estimator's defaults."""
+    when it holds plain values; PVPO's ``v_table`` may be a JSON file path or a ``{task_id: V}`` mapping). No ``agentgym`` key -> the estimator's defaults; a section that is not a mapping is
+    an error (as are unknown keys, raised by the estimator's config)."""
     if config is None:
         return {}
     try:
         section = config.get("agentgym", None) if hasattr(config, "get") else getattr(config, "agentgym", None)
-    except Exception:  # noqa: BLE001 - dataclass configs without the key
+    except (AttributeError, KeyError):  # the key is absent (OmegaConf in struct mode raises for it)
         section = None
     if section is None:
         return {}
@@ -115,9 +181,26 @@ def estimator_config_from(config: Any, name: str) -> dict:
             section = OmegaConf.to_container(section, resolve=True)
     except ImportError:  # pragma: no cover
         pass
-    section = dict(section)
-    return dict(section.get(name, {})) if isinstance(section.get(name), dict) else \
+    if not isinstance(section, dict):
+        raise TypeError(f"algorithm.agentgym must be a mapping (estimator name -> settings, or settings), got "
+                        f"{type(section).__name__}: {section!r}")
+    return dict(section[name]) if isinstance(section.get(name), dict) else \
         {k: v for k, v in section.items() if not isinstance(v, dict)}
+
+
+def _pvpo_table(cfg: dict) -> dict:
+    """PVPO's ``v_table`` from a Hydra config: a JSON file path or a ``{task_id: V}`` mapping (the estimator needs
+    a :class:`estimators.pvpo.StaticValueTable`)."""
+    from estimators.pvpo import StaticValueTable
+
+    v = cfg.get("v_table")
+    if isinstance(v, str):
+        from ..train import load_v_table
+
+        return dict(cfg, v_table=load_v_table(v))
+    if isinstance(v, dict):
+        return dict(cfg, v_table=StaticValueTable({str(k): float(x) for k, x in v.items()}))
+    return cfg
 
 
 def make_estimator_fn(name: str):
@@ -129,7 +212,10 @@ def make_estimator_fn(name: str):
         from estimators import compute_advantage
 
         tb = build_trajectory_batch(token_level_rewards, response_mask, index, non_tensor_batch)
-        res = compute_advantage(name, tb, **estimator_config_from(config, name))
+        cfg = check_model_side_columns(name, estimator_config_from(config, name), tb, non_tensor_batch)
+        if name == "pvpo":
+            cfg = _pvpo_table(cfg)
+        res = compute_advantage(name, tb, **cfg)
         adv = torch.as_tensor(res.token_adv, dtype=torch.float32, device=response_mask.device)
         if batch is not None and res.clip_scale is not None:
             batch["agentgym_clip_scale"] = torch.as_tensor(res.clip_scale, dtype=torch.float32,

@@ -63,7 +63,10 @@ def agentgym_ppo_loss(config: Any, model_output: Any, data: Any, dp_group: Any =
       ``dp_size`` and divides by the global count: the same number). ``token-sum`` (absent from
       ``estimators.losses``) is ``token-mean`` with a unit denominator, times ``dp_size``. For
       ``seq-mean-token-sum-norm`` without ``global_batch_size`` the sequence count is verl's (rows with at least
-      one response token; ``estimators.losses`` alone counts every row), ``l_norm = loss_scale_factor``;
+      one response token; ``estimators.losses`` alone counts every row), ``l_norm = loss_scale_factor``, or
+      when that is None verl's own default, the padded response width (kept for verl parity; spec 6.4 and
+      ``estimators.losses`` want a fixed L_norm, so set ``actor.loss_scale_factor`` to the maximum response
+      length for Dr.GRPO);
     * ``rollout_is_weights`` w (non-negative, no gradient) are folded into the advantages: for w >= 0,
       w * max(-A r, -A clip(r)) = max(-(wA) r, -(wA) clip(r)), and the dual clip commutes the same way, so the
       loss equals verl's weighted per-token loss (the clip fractions then count tokens with w = 0 as unclipped);
@@ -141,7 +144,8 @@ def agentgym_ppo_loss(config: Any, model_output: Any, data: Any, dp_group: Any =
                            clip_high=(config.clip_ratio_high if config.clip_ratio_high is not None
                                       else config.clip_ratio),
                            dual_clip=_dual_clip(config, ratio, dual_clip), dual_clip_auto=False, agg=agg, kl_coef=0.0,
-                           l_norm=config.loss_scale_factor)
+                           l_norm=(config.loss_scale_factor if config.loss_scale_factor is not None
+                                   else response_mask.shape[-1]))
     adv = advantages if rollout_is_weights is None else advantages * rollout_is_weights.detach()
     pg_loss, pm = policy_loss(log_prob, old_log_prob, adv, response_mask, cfg, clip_scale=clip_scale,
                               token_turn_idx=token_turn_idx, global_token_count=global_token_count,

@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from adapters.hooks import (answer_probability, calibrate_fingerprint_layer, hidden_fingerprints,  # noqa: E402
-                            information_gain, linear_probe_accuracy, teacher_student_scores)
+from adapters.hooks import (EPS_GRID, answer_probability, calibrate_fingerprint_layer,  # noqa: E402
+                            hidden_fingerprints, information_gain, linear_probe_accuracy, teacher_student_scores)
 from adapters.summarizers import (EpisodeSummary, OpenAISummarizer, RuleBasedSummarizer,  # noqa: E402
                                   SummarizerError)
 from adapters.tiny import build_tiny_model, build_tokenizer  # noqa: E402
@@ -55,25 +55,48 @@ def test_adapters_hooks_fingerprints_match_forward(lm):
 
 
 def test_adapters_hooks_calibration_scan(lm):
+    """App. H: every (layer, eps) of the grid is scanned and equals a direct recomputation; the layer is the best
+    probe among the non-degenerate ones; eps comes from App. F's median-cluster-size search on that layer."""
+    from estimators import greedy_cosine_clusters
+
     tok, model = lm
     rng = np.random.default_rng(1)
-    # four "task families": sequences sharing a family prefix
+    # four "task families" of six observations: a shared middle, a varying first token, one common last token
     fams = [list(rng.integers(4, 50, size=6)) for _ in range(4)]
-    seqs, labels = [], []
-    for f, pre in enumerate(fams):
-        for _ in range(6):
-            seqs.append(pre + list(rng.integers(4, 50, size=2)))
-            labels.append(f)
-    cal = calibrate_fingerprint_layer(model, seqs, labels, eps=0.02, min_clusters=2)
-    assert sorted(s.layer for s in cal.scans) == [-3, -2, -1]
-    for s in cal.scans:
-        assert s.n_clusters >= 1 and 0.0 <= s.singleton_fraction <= 1.0 and 0.0 <= s.probe_accuracy <= 1.0
-    if cal.layer is not None:
-        best = max((s for s in cal.scans if s.n_clusters >= 2 and s.singleton_fraction < 0.9),
-                   key=lambda s: s.probe_accuracy)
-        assert cal.layer == best.layer or next(s for s in cal.scans if s.layer == cal.layer).probe_accuracy == \
-            best.probe_accuracy
-    # the probe separates linearly separable labels and fails on shuffled ones less than perfectly
+    seqs = [[10 + j] + mid + [7] for mid in fams for j in range(6)]
+    labels = np.repeat(np.arange(4), 6)
+    layers = [0, -3, -2, -1]
+    cal = calibrate_fingerprint_layer(model, seqs, labels, layers=layers)
+    assert [(c.layer, c.eps) for c in cal.scans] == [(layer, e) for layer in layers for e in EPS_GRID]
+    assert EPS_GRID == (0.05, 0.10, 0.15, 0.20)
+    for c in cal.scans:  # the reported numbers, recomputed from hidden_fingerprints (a separate code path)
+        x = hidden_fingerprints(model, seqs, layer=c.layer)
+        sizes = np.bincount(greedy_cosine_clusters(x.astype(np.float64), c.eps))
+        assert c.n_clusters == sizes.size and c.median_cluster_size == float(np.median(sizes))
+        assert c.singleton_fraction == pytest.approx(float((sizes == 1).sum()) / len(seqs))
+        assert c.probe_accuracy == pytest.approx(linear_probe_accuracy(x, labels))
+    # layer 0 (the embeddings) at the shared last token: one cluster at every eps, so never chosen
+    assert all(c.n_clusters == 1 and c.singleton_fraction == 0.0 for c in cal.scans if c.layer == 0)
+    eligible = {c.layer for c in cal.scans if c.n_clusters >= 5 and c.singleton_fraction < 0.9}
+    assert cal.layer in eligible and 0 not in eligible
+    probe = {c.layer: c.probe_accuracy for c in cal.scans}
+    assert probe[cal.layer] == max(probe[layer] for layer in eligible)
+    # eps: the App. F search on the chosen layer, every probe inside [0.02, 0.40], the result its returned eps
+    ec = cal.eps_calibration
+    assert ec is not None and cal.eps == ec.eps and 1 <= len(ec.probes) <= 6
+    assert all(0.02 <= e <= 0.40 for e, _ in ec.probes)
+    x = hidden_fingerprints(model, seqs, layer=cal.layer).astype(np.float64)
+    med = float(np.median(np.bincount(greedy_cosine_clusters(x, cal.eps))))
+    assert (cal.eps, med) in ec.probes
+    assert ec.inside_target == (4.0 <= med <= 8.0)
+    # groups: clusters never span two groups, so there are at least as many
+    by_family = calibrate_fingerprint_layer(model, seqs, labels, layers=[cal.layer], groups=labels)
+    for a, b in zip(by_family.scans, (c for c in cal.scans if c.layer == cal.layer)):
+        assert a.n_clusters >= max(b.n_clusters, 4)
+    # no layer qualifies: neither a layer nor an eps
+    none = calibrate_fingerprint_layer(model, seqs, labels, layers=[0])
+    assert none.layer is None and none.eps is None and none.eps_calibration is None and "no layer" in none.reason
+    # the probe separates linearly separable labels
     x = np.eye(8)[np.repeat(np.arange(4), 6) * 2]
     assert linear_probe_accuracy(x + 0.01 * rng.standard_normal(x.shape), np.repeat(np.arange(4), 6)) == 1.0
 
@@ -119,10 +142,24 @@ def test_adapters_hooks_teacher_student_scores(lm):
             np.testing.assert_allclose(sc.student_logprob_on_teacher_topk[i, j], ls[len(p) - 1 + j, top.indices],
                                        atol=1e-5)
             assert sc.obs_in_topk[i, j] == (y in top.indices.tolist())
+            for lp, at, tail, ent in ((lt[len(t) - 1 + j], "teacher", sc.teacher_tail, sc.teacher_entropy),
+                                      (ls[len(p) - 1 + j], "student", sc.student_tail, sc.student_entropy)):
+                outside = 0.0 if sc.obs_in_topk[i, j] else float(lp[y].exp())
+                want_tail = max(1.0 - float(lp[top.indices].exp().sum()) - outside, 1e-12)
+                np.testing.assert_allclose(tail[i, j], want_tail, rtol=1e-4, atol=1e-6, err_msg=at)
+                np.testing.assert_allclose(ent[i, j], float(-(lp.exp() * lp).sum()), atol=1e-5, err_msg=at)
         assert not sc.valid[i, len(r):].any()
     # with the reference equal to nothing, teacher == student
     same = teacher_student_scores(model, prompts, prompts, resps, top_k=5)
     np.testing.assert_allclose(same.teacher_topk_logprob, same.student_logprob_on_teacher_topk, atol=1e-6)
+    # the micro-batch size does not change anything; an empty response is a row of padding
+    one = teacher_student_scores(model, prompts + [[4, 5]], teachers + [[4, 5, 6]], resps + [[]], top_k=5,
+                                 batch_size=1)
+    for name in ("teacher_topk_logprob", "student_logprob_on_teacher_topk", "teacher_tail", "student_tail",
+                 "teacher_entropy", "student_entropy"):
+        np.testing.assert_allclose(getattr(one, name)[:3], getattr(sc, name), atol=1e-5, err_msg=name)
+    np.testing.assert_array_equal(one.teacher_topk_ids[:3], sc.teacher_topk_ids)
+    assert not one.valid[3].any() and np.all(one.teacher_topk_logprob[3] == 0)
 
 
 def _episode(won=True):

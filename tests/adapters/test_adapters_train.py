@@ -55,3 +55,44 @@ def test_adapters_train_cli_checkpoint_resume(tmp_path):
     state = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())
     assert state["global_step"] == 3
     assert json.loads((out / "agentgym_train.json").read_text())["estimator"] == "bipace"
+
+
+def test_adapters_train_pvpo_v_table_file_and_loss_flags(tmp_path):
+    """PVPO's static value table from a JSON file ``{task_id: V}`` (``--set v_table=...``); the loss is the
+    estimator's recipe unless the TRL-style flags override it."""
+    from adapters.trl import make_task_dataset
+    from estimators.pvpo import StaticValueTable
+
+    model_dir, out = tmp_path / "tiny", tmp_path / "run"
+    assert cli.main(["train", "--save-tiny-model", str(model_dir), "--env", "TextCraft-v0"]) == 0
+    tasks = list(make_task_dataset("TextCraft-v0", 2)["task_id"])
+    vt = tmp_path / "v.json"
+    vt.write_text(json.dumps({t: 0.25 * (i + 1) for i, t in enumerate(tasks)}))
+    common = ["--env", "TextCraft-v0", "--model", str(model_dir), "--output-dir", str(out), "--group-size", "2",
+              "--batch-groups", "2", "--max-turns", "2", "--max-new-tokens", "6", "--max-completion-tokens", "32",
+              "--max-prompt-tokens", "48", "--cpu", "--save-steps", "10"]
+    assert main(common + ["--estimator", "pvpo", "--set", f"v_table={vt}", "--steps", "1"]) == 0
+    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs if "agentgym/adv_std" in r] == [1]
+    # the trainer built from the same settings: the table, and PVPO's recipe (token-mean, KL 0.001: a reference model)
+    from adapters.train import build_trainer
+
+    s = parse_settings(common + ["--estimator", "pvpo", "--set", f"v_table={vt}", "--steps", "1"])
+    trainer = build_trainer(s)
+    table = trainer.ag.estimator_config["v_table"]
+    assert isinstance(table, StaticValueTable) and table.values == {t: 0.25 * (i + 1) for i, t in enumerate(tasks)}
+    assert (trainer.loss_type, trainer.beta, trainer.args.delta) == ("dapo", 0.001, 3.0)
+    assert trainer.ref_model is not None
+    # the flags override the recipe's aggregation, clip bound and KL
+    s = parse_settings(common + ["--estimator", "grpo", "--loss-type", "dr_grpo", "--epsilon-high", "0.3",
+                                 "--beta", "0", "--steps", "1"])
+    trainer = build_trainer(s)
+    r = trainer.ag_loss_plan.recipe
+    assert (r.agg, r.clip_low, r.clip_high, r.kl_coef) == ("seq-mean-token-sum-norm", 0.2, 0.3, 0.0)
+    assert (trainer.loss_type, trainer.epsilon_high, trainer.beta, trainer.ref_model) == ("dr_grpo", 0.3, 0.0, None)
+    # unusable settings: a clear error and exit code 2, before any training
+    vt.write_text(json.dumps({tasks[0]: 0.5}))
+    assert main(common + ["--estimator", "pvpo", "--set", f"v_table={vt}", "--steps", "1"]) == 2
+    vt.write_text("{not json")
+    assert main(common + ["--estimator", "pvpo", "--set", f"v_table={vt}", "--steps", "1"]) == 2
+    assert main(common + ["--estimator", "grpo", "--loss-type", "cispo", "--steps", "1"]) == 2

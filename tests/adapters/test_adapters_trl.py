@@ -1,10 +1,12 @@
 """TRL adapter: two GRPO steps of a tiny random causal LM (built here, no downloads) on real agentgym envs with
-each estimator. Checks: the loss is finite, parameters change, observation tokens get zero advantage, and the
-advantages the trainer used equal ``estimators.compute_advantage`` on the same batch."""
+each estimator (one step for the rest of the 13). Checks: the loss is finite, parameters change, observation tokens
+get zero advantage, and the advantages the trainer used equal ``estimators.compute_advantage`` on the same batch.
+The loss plan: every estimator's effective loss config is its spec recipe, and TRL's own loss configured by the
+plan computes exactly :func:`estimators.losses.policy_loss` with that recipe (value and gradient)."""
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -16,57 +18,85 @@ torch = pytest.importorskip("torch")
 import estimators  # noqa: E402
 from adapters.episodes import EpisodeConfig  # noqa: E402
 from adapters.tiny import build_tiny_model, build_tokenizer, env_vocabulary, oracle_warmup  # noqa: E402
-from adapters.trl import AgentGymConfig, AgentGymGRPOTrainer, GRPOConfig, make_task_dataset  # noqa: E402
+from adapters.trl import (ESTIMATOR_RECIPE, TRL_LOSS_TYPE, AgentGymConfig, AgentGymGRPOTrainer,  # noqa: E402
+                          GRPOConfig, loss_plan, make_task_dataset)
+from estimators.losses import get_recipe, policy_loss  # noqa: E402
+from estimators.pvpo import StaticValueTable  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+from trl import GRPOTrainer  # noqa: E402
 
 PROMPT_TOKENS = 64
 N_TASKS = 2
 G = 4
 
 
-def _tiny(env_id: str, env_kwargs: dict | None = None):
+def _tiny(env_id: str, out_dir, env_kwargs: dict | None = None):
     tok = build_tokenizer(env_vocabulary(env_id, 4, env_kwargs=env_kwargs))
     model = build_tiny_model(tok, hidden_size=32, seed=0)
     # a few behaviour-cloning steps so that some sampled actions are well-formed: rewards then differ in a group
     oracle_warmup(model, tok, env_id, n_tasks=N_TASKS, steps=40, lr=2e-2, env_kwargs=env_kwargs,
                   max_prompt_tokens=PROMPT_TOKENS)
-    return tok, model
+    # saved, so that TRL can load the reference model of recipes with a KL term from the model's path
+    model.save_pretrained(out_dir)
+    return tok, str(out_dir)
 
 
 @pytest.fixture(scope="module")
-def textcraft():
-    return _tiny("TextCraft-v0")
+def textcraft(tmp_path_factory):
+    return _tiny("TextCraft-v0", tmp_path_factory.mktemp("tiny-textcraft"))
 
 
 @pytest.fixture(scope="module")
-def wikisearch():
+def wikisearch(tmp_path_factory):
     pytest.importorskip("bm25s", reason="WikiSearch-v0 needs the 'retrieval' extra (bm25s)")
-    return _tiny("WikiSearch-v0")
+    return _tiny("WikiSearch-v0", tmp_path_factory.mktemp("tiny-wikisearch"))
 
 
-def _train(tok, base_model, env_id, estimator, tmp_path, estimator_config=None, **ag_kwargs):
+def _trainer(tok, model_dir, env_id, estimator, tmp_path, estimator_config=None, *, steps=2, max_turns=3,
+             budget=96, **ag_kwargs):
     torch.manual_seed(0)
-    model = copy.deepcopy(base_model)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
     env_kwargs = {"invalid_action_penalty": 0.1}
     ds = make_task_dataset(env_id, N_TASKS)
     args = GRPOConfig(output_dir=str(tmp_path / estimator), per_device_train_batch_size=N_TASKS * G,
-                      num_generations=G, max_steps=2, use_cpu=True, bf16=False, report_to="none",
+                      num_generations=G, max_steps=steps, use_cpu=True, bf16=False, report_to="none",
                       save_strategy="no", learning_rate=5e-3, logging_steps=1, gradient_checkpointing=False,
-                      max_completion_length=96, seed=0, disable_tqdm=True)
+                      max_completion_length=budget, seed=0, disable_tqdm=True)
     ag = AgentGymConfig(env_id=env_id, estimator=estimator, estimator_config=estimator_config or {},
                         env_kwargs=env_kwargs, record_advantages=True,
-                        episode=EpisodeConfig(max_turns=3, max_new_tokens=10, max_completion_tokens=96,
+                        episode=EpisodeConfig(max_turns=max_turns, max_new_tokens=10, max_completion_tokens=budget,
                                               max_prompt_tokens=PROMPT_TOKENS), **ag_kwargs)
-    trainer = AgentGymGRPOTrainer(model, args=args, train_dataset=ds, processing_class=tok, agentgym=ag)
+    return AgentGymGRPOTrainer(model, args=args, train_dataset=ds, processing_class=tok, agentgym=ag), model
+
+
+def _train(tok, model_dir, env_id, estimator, tmp_path, estimator_config=None, **kw):
+    trainer, model = _trainer(tok, model_dir, env_id, estimator, tmp_path, estimator_config, **kw)
     before = [p.detach().clone() for p in model.parameters()]
     trainer.train()
     after = list(model.parameters())
     return trainer, before, after
 
 
-def _check(trainer, before, after, estimator, estimator_config=None):
+def _check_loss_config(trainer):
+    """The trainer runs with its estimator's recipe: TRL's loss fields are the plan's."""
+    plan = trainer.ag_loss_plan
+    assert plan.recipe == get_recipe(ESTIMATOR_RECIPE[trainer.ag.estimator])
+    r = plan.recipe
+    assert (trainer.epsilon_low, trainer.epsilon_high, trainer.beta, trainer.args.delta) == \
+        (r.clip_low, r.clip_high, r.kl_coef, r.c_dual)
+    assert trainer.args.use_bias_correction_kl is False
+    assert trainer.loss_type == TRL_LOSS_TYPE[r.agg] or plan.custom
+    assert (trainer.ref_model is not None) == (r.kl_coef > 0)
+
+
+def _check(trainer, before, after, estimator, estimator_config=None, steps=2):
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    assert len(losses) == 2 and all(math.isfinite(float(v)) for v in losses)
-    assert max(float((a.detach() - b).abs().max()) for a, b in zip(after, before)) > 0, "parameters did not change"
+    assert len(losses) == steps and all(math.isfinite(float(v)) for v in losses)
+    changed = max(float((a.detach() - b).abs().max()) for a, b in zip(after, before)) > 0
+    used_nonzero = any(float((u["advantages"] * u["tool_mask"]).abs().max()) > 0 for u in trainer.ag_used_advantages)
+    # with a zero advantage on every trained token the policy gradient is 0 (so is the KL's, on-policy at step 1)
+    assert changed if steps > 1 else changed == used_nonzero, "parameters changed iff some advantage was non-zero"
+    _check_loss_config(trainer)
     batch, res = trainer.ag_last_batch, trainer.ag_last_result
     # the estimator on the same batch gives exactly what the trainer put in place of TRL's advantages
     again = estimators.compute_advantage(estimator, batch, **(estimator_config or {}))
@@ -88,7 +118,8 @@ def _check(trainer, before, after, estimator, estimator_config=None):
         assert ids == trainer.ag_last_episodes[b].completion_ids
         np.testing.assert_allclose(used["advantages"][i].numpy(), res.token_adv[b], rtol=0, atol=0)
         np.testing.assert_array_equal(used["tool_mask"][i].numpy().astype(bool), res.loss_mask[b])
-    assert any(float(u["advantages"].abs().max()) > 0 for u in trainer.ag_used_advantages)
+    if steps > 1:
+        assert used_nonzero
     return res
 
 
@@ -137,3 +168,131 @@ def test_adapters_trl_a2tgpo_information_gain(wikisearch, tmp_path):
     assert res.clip_scale is not None
     logged = trainer.state.log_history[0]
     assert "agentgym/loss/pg_loss" in logged and "agentgym/clip_scale_mean" in logged
+
+
+# ------------------------------------------------------------------------------------------- the loss plan
+def _recipe_of_trl(trl: dict, l_norm=None):
+    """The spec recipe TRL computes with these GRPOConfig loss fields (inverse of the plan's mapping)."""
+    agg = {v: k for k, v in TRL_LOSS_TYPE.items()}[trl["loss_type"]]
+    assert trl["importance_sampling_level"] == "token" and trl["use_bias_correction_kl"] is False
+    return estimators.losses.PolicyLossConfig("token", trl["epsilon"], trl["epsilon_high"], dual_clip=trl["delta"],
+                                              agg=agg, kl_coef=trl["beta"], l_norm=l_norm)
+
+
+@pytest.mark.parametrize("name", estimators.available())
+def test_adapters_trl_loss_plan_is_the_spec_recipe(name):
+    cfg = {"v_table": StaticValueTable({"t": 0.5})} if name == "pvpo" else {}
+    plan = loss_plan(name, cfg, max_completion_length=96, completion_budget=96)
+    # the recipe of the estimator's own name where the spec has one (GVPO: clip high 0.28, seq-mean-token-mean)
+    want = get_recipe(name) if name in estimators.losses.RECIPES else get_recipe(ESTIMATOR_RECIPE[name])
+    assert plan.recipe == want and plan.recipe_name == ESTIMATOR_RECIPE[name]
+    assert plan.custom == (name == "a2tgpo")  # the turn ratio and per-token clip scales: the adapter's loss
+    if not plan.custom:  # TRL's fields encode every field of the recipe (dual clip included)
+        assert _recipe_of_trl(plan.trl).c_dual == want.c_dual == 3.0
+        assert _recipe_of_trl(plan.trl) == dataclasses.replace(want, dual_clip=3.0)
+    assert plan.trl["beta"] == want.kl_coef
+    assert name in plan.describe()
+
+
+def test_adapters_trl_loss_plan_routes():
+    # IGPO with A2TGPO's adaptive clip needs per-token clip scales; a forced recipe always uses the adapter's loss
+    assert loss_plan("igpo", {"clip_lambda": 0.3}).custom
+    forced = loss_plan("grpo", loss="gspo")
+    assert forced.custom and forced.recipe == get_recipe("gspo")
+    # Dr.GRPO's L_norm is the episode budget: TRL's dr_grpo only when max_completion_length is that budget
+    assert not loss_plan("dr_grpo", max_completion_length=96, completion_budget=96).custom
+    assert loss_plan("dr_grpo", max_completion_length=128, completion_budget=96).custom
+    over = loss_plan("gigpo", overrides={"kl_coef": 0.0, "clip_high": 0.28})
+    assert not over.custom and over.trl["beta"] == 0.0 and over.trl["epsilon_high"] == 0.28
+    with pytest.raises(ValueError, match="no loss recipe"):
+        loss_plan("nope")
+
+
+def test_adapters_trl_builtin_loss_equals_the_recipe(textcraft, tmp_path):
+    """TRL's own ``_compute_loss`` with the plan's GRPOConfig fields equals ``policy_loss`` with the recipe (value
+    and gradient) for every estimator the plan sends to TRL, on inputs where the clip and the dual clip bind."""
+    tok, model_dir = textcraft
+    trainer, model = _trainer(tok, model_dir, "TextCraft-v0", "dr_grpo", tmp_path, steps=1)
+    model.eval()
+    g = torch.Generator().manual_seed(0)
+    B, P, T = 4, 5, 7
+    V = model.config.vocab_size
+    comp_mask = torch.ones(B, T, dtype=torch.long)
+    comp_mask[1, 5:] = 0
+    comp_mask[3, 3:] = 0
+    tool_mask = (torch.rand(B, T, generator=g) > 0.2).long()
+    tool_mask[:, 0] = 1
+    inputs = {"prompt_ids": torch.randint(4, V, (B, P), generator=g), "prompt_mask": torch.ones(B, P, dtype=torch.long),
+              "completion_ids": torch.randint(4, V, (B, T), generator=g), "completion_mask": comp_mask,
+              "tool_mask": tool_mask, "advantages": torch.randn(B, T, generator=g)}
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    att = torch.cat([inputs["prompt_mask"], comp_mask], 1)
+    with torch.no_grad():
+        lp0, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, att, T)
+    # old log-probs: ratios from e^-2 to e^2 (clip and dual clip bind); reference: a KL of moderate size
+    inputs["old_per_token_logps"] = lp0 + 4.0 * (torch.rand(B, T, generator=g) - 0.5)
+    inputs["ref_per_token_logps"] = lp0 + 0.3 * torch.randn(B, T, generator=g)
+    mask = (comp_mask * tool_mask).bool()
+    inputs["num_items_in_batch"] = mask.sum()
+    params = [p for p in model.parameters() if p.requires_grad]
+    routed = [n for n in estimators.available()
+              if not loss_plan(n, {"v_table": StaticValueTable({})} if n == "pvpo" else {}).custom]
+    assert {"grpo", "dr_grpo", "dapo", "gvpo", "gigpo", "bipace", "sgcd"} <= set(routed)
+    for name in routed:
+        plan = loss_plan(name, {"v_table": StaticValueTable({})} if name == "pvpo" else {},
+                         max_completion_length=trainer.max_completion_length,
+                         completion_budget=trainer.max_completion_length)
+        trainer.loss_type, trainer.beta = plan.trl["loss_type"], plan.trl["beta"]
+        trainer.epsilon_low, trainer.epsilon_high = plan.trl["epsilon"], plan.trl["epsilon_high"]
+        trainer.args.delta = plan.trl["delta"]
+        trainer.args.use_bias_correction_kl = plan.trl["use_bias_correction_kl"]
+        trl_loss = GRPOTrainer._compute_loss(trainer, model, dict(inputs))
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, att, T)
+        recipe = dataclasses.replace(plan.recipe, l_norm=trainer.max_completion_length)
+        ours, m = policy_loss(logps, inputs["old_per_token_logps"], inputs["advantages"], mask, recipe,
+                              ref_logprob=inputs["ref_per_token_logps"])
+        assert m["clipfrac"] > 0 and m["clipfrac_lower"] > 0  # both clips bind on these inputs
+        torch.testing.assert_close(trl_loss, ours, rtol=1e-5, atol=1e-7, msg=name)
+        g_trl = torch.autograd.grad(trl_loss, params)
+        g_ours = torch.autograd.grad(ours, params)
+        for a, b in zip(g_trl, g_ours):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7, msg=name)
+
+
+# ------------------------------------------------------------------- one-step smoke runs of the other estimators
+@pytest.mark.parametrize("estimator,config", [
+    ("dr_grpo", {}),
+    ("rloo", {}),
+    ("dapo", {}),
+    ("hgpo", {}),
+    ("bigpo", {"embedder": "embedding"}),
+    ("pvpo", "v_table"),
+])
+def test_adapters_trl_one_step(textcraft, tmp_path, estimator, config):
+    tok, model_dir = textcraft
+    if config == "v_table":  # PVPO's static value table over the training tasks
+        ds = make_task_dataset("TextCraft-v0", N_TASKS)
+        config = {"v_table": StaticValueTable({t: 0.5 for t in ds["task_id"]})}
+    trainer, before, after = _train(tok, model_dir, "TextCraft-v0", estimator, tmp_path, config, steps=1,
+                                    max_turns=2, budget=48)
+    res = _check(trainer, before, after, estimator, config, steps=1)
+    if estimator == "bigpo":
+        assert trainer.ag_last_batch.embedding.shape[0] == trainer.ag_last_batch.n_turns
+        assert "n_step_clusters" in res.diagnostics
+    if estimator == "dapo":  # dynamic sampling: a group with one success value trains nothing
+        batch = trainer.ag_last_batch
+        for gid in np.unique(batch.group_id):
+            in_group = batch.group_id == gid
+            rows = np.isin(batch.row_traj_id, batch.traj_id[in_group])
+            flat = len(np.unique(batch.success[in_group])) == 1
+            assert flat == (not res.loss_mask[rows].any())
+
+
+def test_adapters_trl_igpo_information_gain(wikisearch, tmp_path):
+    tok, model_dir = wikisearch
+    trainer, before, after = _train(tok, model_dir, "WikiSearch-v0", "igpo", tmp_path, steps=1, budget=64)
+    _check(trainer, before, after, "igpo", steps=1)
+    assert not trainer.ag_loss_plan.custom  # IGPO's fixed clip: TRL's loss with GRPO's recipe
+    batch = trainer.ag_last_batch
+    process = ~(batch.done | batch.is_final_answer)
+    assert process.any() and np.isfinite(batch.info_gain[process]).all()

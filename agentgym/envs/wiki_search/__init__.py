@@ -3,7 +3,25 @@
 
 from ...registration import EnvEntry
 
-ENTRY = EnvEntry(
+# the splits answered from the split's own corpus by an in-process BM25 index by default (bm25s needed)
+_IN_PROCESS_SPLITS = ("demo", "hotpotqa-500")
+
+
+class _WikiSearchEntry(EnvEntry):
+    """bm25s is needed for the default in-process BM25 engine of ``demo`` / ``hotpotqa-500``. The evaluation splits
+    need a full Wikipedia index anyway: a retrieval server (``retriever_url``, which needs no bm25s here) or an
+    ``index_dir``, so only their question files are checked. (Availability cannot see the env's kwargs: ``demo``
+    with a ``retriever_url`` works through ``agentgym.make`` without bm25s, but is listed as needing it.)"""
+
+    def split_available(self, split: str) -> tuple[bool, str]:
+        if split in _IN_PROCESS_SPLITS or split not in self.splits:
+            return super().split_available(split)
+        from dataclasses import replace
+
+        return EnvEntry.split_available(replace(self, requires=()), split)
+
+
+ENTRY = _WikiSearchEntry(
     env_id="WikiSearch-v0",
     entry_point="agentgym.envs.wiki_search.env:WikiSearchEnv",
     splits={

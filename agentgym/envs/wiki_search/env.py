@@ -10,7 +10,8 @@ Each step the agent either searches or answers (the first well-formed tag of the
 Running out of ``max_turns`` without an answer truncates the episode with reward 0. A response with neither tag, an
 empty tag or an over-long query is an invalid action (observation says why; penalty applies; the episode goes on).
 ``info`` adds ``golden_answers`` (for adapters computing information gain; never in an observation), ``em`` and
-``f1`` (None until answered), ``answer``, ``n_searches`` and ``data_source``. A failing search engine raises
+``f1`` (None until answered), ``answer``, ``n_searches``, ``data_source`` and ``metrics`` (``{"em", "f1"}``, 0.0
+until answered: the per-episode metrics eval results rows carry). A failing search engine raises
 :class:`~.retrievers.RetrieverUnavailableError` (an :class:`~agentgym.errors.EnvCrashError`), never a 0 reward.
 """
 
@@ -143,7 +144,8 @@ class WikiSearchEnv(AgentEnv):
         hits = self._search(command)
         self.n_searches += 1
         body = format_passages(hits) if hits else "No results found."
-        return StepOutcome(f"<information>{body}</information>", process_ok=bool(hits))
+        return StepOutcome(f"<information>{body}</information>", process_ok=bool(hits),
+                           invalid_reason=None if hits else "the search found no passage")
 
     def _search(self, query: str):
         import retrieval
@@ -177,8 +179,13 @@ class WikiSearchEnv(AgentEnv):
     def _info(self, parsed, raw, outcome):
         info = super()._info(parsed, raw, outcome)
         info.update(golden_answers=list(self.task.golden_answers), em=self.em, f1=self.f1, answer=self.answer,
-                    n_searches=self.n_searches, data_source=self.task.data_source)
+                    n_searches=self.n_searches, data_source=self.task.data_source,
+                    metrics={"em": float(self.em or 0.0), "f1": float(self.f1 or 0.0)})
         return info
+
+    def task_metadata(self) -> dict[str, Any]:
+        # Each split is one QA dataset: eval tables report EM and F1 per dataset.
+        return {"dataset": self.split, "family": self.split}
 
     def oracle_action(self) -> str:
         """Search with the question first, then answer with the first gold answer."""
