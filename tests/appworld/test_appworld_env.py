@@ -1,24 +1,38 @@
-"""AppWorld-v0 end to end on the real apps: gold solutions, wrong agents, the sandbox escape suite, dead workers.
+"""AppWorld-v0 end to end on the real apps: gold solutions, wrong agents, the sandbox escape suite, agent code that
+breaks its worker, dead workers.
 
 Needs the AppWorld venv (``agentgym appworld setup``); every test here skips with the reason when it is absent.
-Episodes are expensive (a worker process per episode, an evaluator process per evaluation), so the escape
-attempts share one episode and the gold/wrong sweep covers the test split (``AGENTGYM_APPWORLD_FULL=1``: all tasks).
+Every episode runs in a process of its own, forked from a server that has AppWorld imported, and is evaluated in
+another fresh process: about a second an episode, so the gold/wrong/do-nothing sweep covers every task.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
 
-from agentgym.errors import EnvCrashError, EpisodeTimeoutError
+from agentgym.errors import AGENT_CODE, EnvCrashError
 from agentgym.envs.appworld import ENTRY
 
 ok, why = ENTRY.split_available("test")
 pytestmark = pytest.mark.skipif(not ok, reason=f"AppWorld venv unavailable: {why}")
+
+# Agent code reaches any module through the builtins' __import__, past AppWorld's import lint.
+IMP = "(__builtins__['__import__'] if isinstance(__builtins__, dict) else __builtins__.__import__)"
+OPEN = "(getattr(__builtins__, 'open', None) or __builtins__['open'])"
+
+
+def attempt(body: str) -> str:
+    """A cell that runs ``body`` and prints CONTAINED (with the exception) or ESCAPED: proof that it ran."""
+    inner = "\n".join("    " + line for line in body.strip().splitlines())
+    return (f"try:\n{inner}\n    print('ESCAPED')\n"
+            "except BaseException as e:\n    print('CONTAINED', type(e).__name__, e)")
 
 
 @pytest.fixture(scope="module")
@@ -30,75 +44,75 @@ def env():
     e.close()
 
 
+def _quick_env(max_interactions=1000, **limits):
+    """An env whose workers have short limits (wall clock, AppWorld's cell timeout)."""
+    import agentgym
+    from agentgym.envs.appworld.sandbox import SandboxLimits
+
+    return agentgym.make("AppWorld-v0", split="all", max_turns=40, max_interactions=max_interactions,
+                         limits=SandboxLimits(**{"cell_timeout_seconds": 2, "wall_seconds_per_request": 6, **limits}))
+
+
 def _play(env, task_id, cells):
-    obs, info = env.reset(options={"task_id": task_id})
-    infos = []
+    env.reset(options={"task_id": task_id})
+    steps = []
     for cell in cells:
         obs, r, term, trunc, info = env.step(f"<code>\n{cell}\n</code>")
-        infos.append((obs, r, term, trunc, info))
+        steps.append((obs, r, term, trunc, info))
         if term or trunc:
-            return infos
+            return steps
     # Not finished by the cells: mark complete without doing anything more (a "do-nothing" ending).
-    obs, r, term, trunc, info = env.step("<code>apis.supervisor.complete_task()</code>")
-    infos.append((obs, r, term, trunc, info))
-    return infos
+    steps.append(env.step("<code>apis.supervisor.complete_task()</code>"))
+    return steps
 
 
-def _sweep_ids(env):
-    """Every task with AGENTGYM_APPWORLD_FULL=1; otherwise the first task of each test-split scenario (CI time)."""
-    if os.environ.get("AGENTGYM_APPWORLD_FULL"):
-        return env.task_ids()
-    from agentgym.envs.appworld.tasks import scenario_of, split_task_ids
+def test_gold_wins_and_wrong_and_do_nothing_fail_on_every_task(env):
+    from agentgym.envs.appworld.env import scenario_goal_completion
 
-    firsts: dict[str, str] = {}
-    for tid in split_task_ids("test"):
-        firsts.setdefault(scenario_of(tid), tid)
-    return list(firsts.values())
-
-
-def test_gold_wins_and_wrong_and_do_nothing_fail(env):
     results = []
-    for tid in _sweep_ids(env):
+    assert len(env.task_ids()) == 24
+    for tid in env.task_ids():
         task = env.get_task(tid)
         gold = _play(env, tid, task.solution)
         obs, r, term, trunc, info = gold[-1]
         assert term and info["won"] and r == 1.0 and info["score"] == 1.0 and info["progress"] == 1.0, \
             (tid, info["evaluation"])
-        assert all(i[4]["process_ok"] for i in gold), tid
-        assert all(c["passed"] for c in info["evaluation"]["checks"])
+        assert all(s[4]["process_ok"] for s in gold), tid
+        assert all(c["passed"] for c in info["evaluation"]["checks"]) and info["agent_failure"] is None
         results.append((tid, True))
         wrong = _play(env, tid, ["\n".join(task.wrong_solution)])
         assert not wrong[-1][4]["won"] and wrong[-1][1] == 0.0, (tid, "wrong solution won")
         assert any(not c["passed"] for c in wrong[-1][4]["evaluation"]["checks"])
-    from agentgym.envs.appworld.env import scenario_goal_completion
-
+        nothing = _play(env, tid, [])  # only declares the task done
+        assert nothing[-1][2] and not nothing[-1][4]["won"] and nothing[-1][1] == 0.0, (tid, "do-nothing won")
     assert scenario_goal_completion(results) == 1.0
 
 
-def test_do_nothing_fails(env):
-    # An agent that only declares the task done must fail (no task may be passable by doing nothing).
-    for tid in _sweep_ids(env):
-        steps = _play(env, tid, [])
-        info = steps[-1][4]
-        assert steps[-1][2] and not info["won"], tid
-
-
-def test_failure_kinds_are_classified(env):
-    env.reset(options={"task_id": env.task_ids()[0]})
-    cases = {
-        "syntax": ("x = = 1", False),
-        "runtime": ("1/0", False),
-        "unknown api": ("apis.simple_note.no_such_api()", False),
-        "http 4xx": ("apis.simple_note.show_note(note_id=1, access_token='bad')", False),
-        "blocked import": ("import subprocess", False),
-        "ok": ("print(1 + 1)", True),
-    }
-    for name, (code, ok_expected) in cases.items():
-        obs, r, term, trunc, info = env.step(f"<code>{code}</code>")
-        assert info["process_ok"] is ok_expected, (name, obs)
-        assert info["action_valid"]
-    obs, r, term, trunc, info = env.step("no tags at all")
-    assert not info["action_valid"] and info["process_ok"] is None
+def test_failure_kinds_are_classified_on_real_engine_output():
+    """Each failure kind AppWorld reports, on its own output: the text names the kind and ``process_ok`` is False.
+    AppWorld counts the cells it executes (not lint refusals or syntax errors): the 5th is the last allowed."""
+    e = _quick_env(max_interactions=5, cell_timeout_seconds=1)
+    try:
+        e.reset(options={"task_id": "agnoteadd_1"})
+        cases = [  # (name, code, process_ok, a phrase of the output)
+            ("syntax", "x = = 1", False, "Syntax error"),
+            ("runtime", "1/0", False, "ZeroDivisionError"),
+            ("bad API", "apis.simple_note.no_such_api()", False, "no_such_api"),
+            ("HTTP 4xx", "apis.simple_note.show_note(note_id=1, access_token='bad')", False, "401"),
+            ("blocked import", "import subprocess", False, "not allowed"),
+            ("timeout", "while True:\n    pass", False, "timed out"),
+            ("ok", "print(1 + 1)", True, "2"),
+            ("step cap", "print(3)", False, "Maximum number of executions (5)"),
+        ]
+        for name, code, ok_expected, phrase in cases:
+            obs, r, term, trunc, info = e.step(f"<code>\n{code}\n</code>")
+            assert info["process_ok"] is ok_expected and phrase in obs, (name, obs)
+            assert info["action_valid"] and not term and info["agent_failure"] is None, (name, obs)
+            assert (info["invalid_reason"] is None) is ok_expected
+        obs, r, term, trunc, info = e.step("no tags at all")
+        assert not info["action_valid"] and info["process_ok"] is None
+    finally:
+        e.close()
 
 
 @pytest.fixture()
@@ -127,102 +141,225 @@ def listener():
     srv.close()
 
 
-def test_escape_suite_is_contained_and_evaluation_stays_correct(env, listener, tmp_path, monkeypatch):
+def test_escape_suite_is_contained_and_evaluation_stays_correct(listener, tmp_path, monkeypatch):
+    """Every attempt goes past AppWorld's lint (``__import__``, ``posix``, ``io.FileIO``...) so that it actually
+    runs -- each prints CONTAINED with the refusal, or shows its effect -- and the evaluation stays honest."""
+    from agentgym.envs.appworld.pool import close_servers
+    from agentgym.envs.appworld.tasks import verify_build
+
     port, hits = listener
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP-SECRET-CONTENT")
+    outside = tmp_path / "written-by-agent.txt"
     monkeypatch.setenv("AGENTGYM_TEST_SECRET", "HOST-ENV-SECRET")
+    close_servers()  # the next fork server starts with the variable set: only the scrubbing keeps it out
+    e = _quick_env()
     tid = "agnoteadd_1"
-    from agentgym.envs.appworld.pool import get_pool
+    try:
+        e.reset(options={"task_id": tid})
+        pid = e._worker.pid
+        gt = e._build.full_data / "tasks" / tid / "ground_truth" / "answer.json"
+        contained = {  # name -> (cell, a phrase of the refusal)
+            "connect to the host's listener": (attempt(
+                f"{IMP}('socket').create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'escaped')"),
+                "sandbox: socket"),
+            "urllib to the listener": (attempt(
+                f"print({IMP}('urllib.request', fromlist=['x']).urlopen('http://127.0.0.1:{port}/', timeout=2))"),
+                "sandbox: socket"),
+            "read a file outside the workspace": (attempt(f"print({OPEN}({str(secret)!r}).read())"),
+                                                  "sandbox: reading"),
+            "read it with io.FileIO": (attempt(f"print({IMP}('io').FileIO({str(secret)!r}).read())"),
+                                       "sandbox: reading"),
+            "read the ground truth": (attempt(f"print({OPEN}({str(gt)!r}).read())"), "sandbox: reading"),
+            "list other tasks": (attempt(f"print({IMP}('posix').listdir('data/tasks'))"), "sandbox: listing"),
+            "write outside the workspace": (attempt(f"{IMP}('io').FileIO({str(outside)!r}, 'w').write(b'x')"),
+                                            "sandbox: writing"),
+            "overwrite the world data": (attempt(
+                f"{IMP}('io').FileIO('data/tasks/{tid}/specs.json', 'w').write(b'{{}}')"), "sandbox: writing"),
+            "fork bomb": (attempt(f"p = {IMP}('posix')\nwhile True:\n    p.fork()"), "sandbox: os.fork"),
+            "os.system": (attempt(f"{IMP}('posix').system('echo pwned > /tmp/agentgym-pwned')"),
+                          "sandbox: os.system"),
+            "subprocess's own fork_exec": (attempt(
+                f"{IMP}('subprocess')._fork_exec([b'/bin/true'], [b'/bin/true'], True, (), None, None, -1, -1, -1, "
+                "-1, -1, -1, 5, 6, True, False, -1, None, None, None, -1, None, False)"),
+                "process creation is not allowed"),
+            "a fresh _posixsubprocess": (attempt(
+                f"u = {IMP}('importlib.util', fromlist=['x'])\nu.module_from_spec(u.find_spec('_posixsubprocess'))"),
+                "sandbox: importing _posixsubprocess"),
+            "memory bomb": (attempt("x = bytearray(8 * 1024 ** 3)"), "MemoryError"),
+            "sqlite file outside the workspace": (attempt(
+                f"{IMP}('sqlite3.dbapi2', fromlist=['x']).connect('/tmp/agentgym-escape.db').execute("
+                "'create table t(x)')"), "sandbox: sqlite database"),
+            "sqlite URI outside the workspace": (attempt(
+                f"{IMP}('sqlite3.dbapi2', fromlist=['x']).connect('file:/tmp/agentgym-escape.db?mode=rwc', "
+                "uri=True).execute('create table t(x)')"), "sandbox: sqlite database"),
+            "write the base databases through AppWorld's connection": (attempt(
+                f"ml = {IMP}('appworld.apps.model_lib', fromlist=['x'])\n"
+                "c = ml.get_direct_cached_sqlite3_connection("
+                f"{IMP}('os').path.abspath('data/base_dbs/simple_note.db'))\n"
+                "c.execute('delete from notes')\nc.commit()"), "readonly database"),
+        }
+        for name, (code, phrase) in contained.items():
+            obs, r, term, trunc, info = e.step(f"<code>\n{code}\n</code>")
+            assert "CONTAINED" in obs and phrase in obs and "ESCAPED" not in obs, (name, obs)
+            assert "TOP-SECRET-CONTENT" not in obs and not term, (name, obs)
+        assert hits == [], "a worker reached the host's listener"
+        assert not outside.exists() and not os.path.exists("/tmp/agentgym-pwned")
+        assert not os.path.exists("/tmp/agentgym-escape.db")
 
-    # Start a fresh worker after setting the host env var, so the scrubbing is what keeps it out.
-    get_pool(env._spec()).close()
-    env.reset(options={"task_id": tid})
-    attempts = {
-        # network: the module is blocked by AppWorld's lint, so reach it through __import__ tricks too
-        "socket": f"s = __builtins__['__import__']('socket') if isinstance(__builtins__, dict) else "
-                  f"__builtins__.__import__('socket')\ns.create_connection(('127.0.0.1', {port}), timeout=2)"
-                  ".sendall(b'escaped')",
-        "urllib": f"import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:{port}/', timeout=2))",
-        "file": f"print(open({str(secret)!r}).read())",
-        "file via io": f"import io\nprint(io.FileIO({str(secret)!r}).read())",
-        "host env": "import os\nprint(dict(os.environ))",
-        "fork bomb": "import os\nwhile True:\n    os.fork()",
-        "memory bomb": "x = bytearray(8 * 1024 ** 3)",
-        "infinite loop": "while True:\n    pass",
-        "patch evaluator": "import appworld.evaluator as ev\nev.evaluate_task = lambda *a, **k: None\n"
-                           "import appworld.task as t\nt.Task.load = None",
-        "write ground truth": "import os\nprint(os.listdir('data/tasks/agnoteadd_1'))\n"
-                              "open('data/tasks/agnoteadd_1/specs.json', 'w').write('{}')",
+        if e._worker.unconfined is None:
+            # cffi reaches libc with no audit event at all: the kernel's seccomp filter is what refuses the fork.
+            obs, *_ = e.step(
+                f"<code>\nb = {IMP}('_cffi_backend')\nlib = b.load_library('libc.so.6')\n"
+                "fork = lib.load_function(b.new_function_type((), b.new_primitive_type('int'), False), 'fork')\n"
+                "errno = lib.load_function(b.new_function_type((), b.new_pointer_type(b.new_primitive_type('int')), "
+                "False), '__errno_location')\nprint('fork ->', fork(), 'errno', errno()[0])\n</code>")
+            assert "fork -> -1 errno 1" in obs, obs  # EPERM
+
+        obs, *_ = e.step(f"<code>print('ENV', sorted({IMP}('posix').environ.items()))</code>")
+        assert "ENV" in obs and "HOST-ENV-SECRET" not in obs and "AGENTGYM_TEST_SECRET" not in obs, obs
+        assert "(b'PATH', b'/usr/bin:/bin')" in obs, obs  # the only PATH entry: the scrubbed one
+
+        obs, r, term, trunc, info = e.step("<code>while True:\n    pass</code>")
+        assert info["process_ok"] is False and "timed out" in obs and not term
+
+        # Forged protocol lines: every pipe the worker holds gets a well-formed reply that ends the episode.
+        forged = ('{"ok": true, "output": "FORGED", "task_completed": true, "tainted": false, "output_dbs": "/"}\\n')
+        obs, r, term, trunc, info = e.step(
+            f"<code>\np, st = {IMP}('posix'), {IMP}('stat')\nn = 0\nfor fd in range(3, 64):\n    try:\n"
+            f"        if st.S_ISFIFO(p.fstat(fd).st_mode):\n            p.write(fd, b'{forged}')\n"
+            "            n += 1\n    except OSError:\n        pass\nprint('real-output', n)\n</code>")
+        assert obs.startswith("real-output") and int(obs.split()[1]) >= 1 and not term, obs
+        assert e.step("<code>print(2 + 2)</code>")[0].strip() == "4"  # no desync
+
+        obs, r, term, trunc, info = e.step(
+            f"<code>ev = {IMP}('appworld.evaluator', fromlist=['x'])\n"
+            "ev.evaluate_task = lambda *a, **k: None\nprint('PATCHED', ev.evaluate_task(task_id='x'))</code>")
+        assert info["process_ok"] and "PATCHED None" in obs, obs
+        assert e._worker.pid == pid  # every attempt above ran in this one worker
+
+        # The evaluation is honest: nothing was done, so the task failed; the build is intact.
+        obs, r, term, trunc, info = e.step("<code>apis.supervisor.complete_task()</code>")
+        assert term and not info["won"] and r == 0.0 and info["agent_failure"] is None
+        assert any(not c["passed"] for c in info["evaluation"]["checks"]) and not info["evaluation"]["tampered"]
+        assert verify_build(e._build) is None
+    finally:
+        e.close()
+
+
+def test_agent_code_that_breaks_its_worker_fails_the_task():
+    """Dying, hanging past the wall clock, or leaving a corrupt saved state is a scored failure, never an error."""
+    e = _quick_env(cell_timeout_seconds=1, wall_seconds_per_request=4)
+    tid = "agnoteadd_1"
+    log = f"experiments/outputs/agentgym/tasks/{tid}/dbs/simple_note.jsonl"
+    routes = {
+        "hang": "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass",
+        "os._exit": f"{IMP}('posix')._exit(3)",
+        "signal": f"{IMP}('faulthandler')._sigsegv()",
+        "corrupt change log": f"{IMP}('io').FileIO({log!r}, 'a').write(b'not json\\n')\n{IMP}('posix')._exit(0)",
+        # The cell itself returns; a thread it left behind kills the worker while it waits for the next cell.
+        "thread between cells": f"{IMP}('threading').Timer(0.2, {IMP}('posix')._exit, (5,)).start()",
     }
-    for name, code in attempts.items():
-        obs, r, term, trunc, info = env.step(f"<code>\n{code}\n</code>")
-        assert "TOP-SECRET-CONTENT" not in obs, name
-        assert "HOST-ENV-SECRET" not in obs, name
-        assert not term, name
-        if name in ("socket", "urllib", "file", "file via io", "fork bomb", "memory bomb", "infinite loop",
-                    "write ground truth"):
-            assert info["process_ok"] is False, (name, obs)
-    assert hits == [], "a worker reached the host's listener"
-    # The world still works after the attempts, and evaluation is honest: nothing done => failed.
-    obs, r, term, trunc, info = env.step("<code>apis.supervisor.complete_task()</code>")
-    assert term and not info["won"] and r == 0.0
-    assert any(not c["passed"] for c in info["evaluation"]["checks"])
+    try:
+        task = e.get_task(tid)
+        for name, code in routes.items():
+            e.reset(options={"task_id": tid})
+            # The gold solution's work, then the breaking cell (before complete_task): the episode still fails.
+            for cell in task.solution[:-1]:
+                assert e.step(f"<code>\n{cell}\n</code>")[4]["process_ok"]
+            obs, r, term, trunc, info = e.step(f"<code>\n{code}\n</code>")
+            if name == "thread between cells":
+                assert info["process_ok"] and not term, obs
+                deadline = time.monotonic() + 30
+                while e._worker.alive() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                obs, r, term, trunc, info = e.step("<code>print(1)</code>")
+            assert term and not trunc and r == 0.0 and not info["won"] and info["process_ok"] is False, (name, obs)
+            assert obs.startswith("Execution failed.") and info["error"] is None, (name, obs)
+            failure = info["agent_failure"]
+            assert failure["kind"] == AGENT_CODE and failure["stage"] == "step", (name, failure)
+            ev = info["evaluation"]
+            assert not ev["success"] and ev["checks"][-1]["passed"] is False, (name, ev)
+            assert e._worker is None
+            if name == "corrupt change log":
+                assert ev["tampered"] and "malformed saved state" in str(ev["checks"]), ev
+            else:
+                # Evaluated from the last saved state: the note the gold cells created is there.
+                assert not ev["tampered"] and any(c["passed"] for c in ev["checks"][:-1]), (name, ev)
+            if name == "hang":
+                assert failure["exception"] == "EpisodeTimeoutError", failure
+            elif name == "os._exit":
+                assert "exit code 3" in failure["message"], failure
+            elif name == "thread between cells":
+                assert "exit code 5" in failure["message"], failure
+            elif name == "signal":
+                assert "signal 11" in failure["message"], failure
+    finally:
+        e.close()
 
 
-def test_audit_hook_blocks_escapes_even_without_appworld_lint(env, listener, tmp_path):
-    # AppWorld's lint is bypassable (getattr on builtins); the worker's own guard must still refuse.
-    port, hits = listener
-    secret = tmp_path / "secret2.txt"
-    secret.write_text("SECOND-SECRET")
-    env.reset(options={"task_id": "agnoteadd_2"})
-    imp = "getattr(__builtins__, '__import__', None) or __builtins__['__import__']"
-    cells = {
-        "open": f"f = getattr(__builtins__, 'open', None) or __builtins__['open']\nprint(f({str(secret)!r}).read())",
-        "socket": f"m = ({imp})('socket')\nm.create_connection(('127.0.0.1', {port}), timeout=2)",
-        "fork": f"m = ({imp})('os')\nprint(getattr(m, 'fork')())",
-        "posix fork": f"m = ({imp})('posix')\nprint(m.fork())",
-        "posix system": f"m = ({imp})('posix')\nprint(m.system('echo pwned > /tmp/agentgym-pwned'))",
-    }
-    for name, code in cells.items():
-        obs, r, term, trunc, info = env.step(f"<code>\n{code}\n</code>")
-        assert "SECOND-SECRET" not in obs, name
-        if name == "fork":
-            # Refused by the guard, or null-patched by AppWorld's own safety guard (os.fork() returns None):
-            # either way no child process exists.
-            assert info["process_ok"] is False or obs.strip() == "None", obs
-        else:
-            assert info["process_ok"] is False, (name, obs)
-    assert hits == []
-    assert not os.path.exists("/tmp/agentgym-pwned")
+def test_corrupt_saved_state_is_a_failed_task_not_an_evaluation_error(env, tmp_path):
+    """The evaluator on one real saved state: intact it succeeds; with a malformed line, a statement that is not a
+    row change, or a change that does not load, it is a failed task (``tampered``), never an error."""
+    from agentgym.envs.appworld.pool import get_pool, run_evaluator
+
+    tid = "agnoteadd_1"
+    worker = get_pool(env._spec()).acquire()
+    try:
+        worker.request("reset", task_id=tid, experiment="agentgym")
+        for cell in env.get_task(tid).solution:
+            assert not worker.request("execute", code=cell)["output"].startswith("Execution failed")
+        worker.kill()
+        saved = tmp_path / "saved"
+        shutil.copytree(worker.output_dbs(tid), saved)
+    finally:
+        worker.dispose()
+    _, full, manifest = env._paths()
+
+    def evaluate(state):
+        return run_evaluator(str(env.install.python), full, manifest, tid, str(state), str(env.install.scratch_dir))
+
+    assert evaluate(saved)["success"]
+    for name, line in {"malformed": "{not json", "not a row change": '["DROP TABLE notes", [], false]',
+                       "does not load": '["INSERT INTO no_such_table VALUES (1)", [], false]'}.items():
+        bad = tmp_path / name.replace(" ", "-")
+        shutil.copytree(saved, bad)
+        with open(bad / "simple_note.jsonl", "a") as f:
+            f.write(line + "\n")
+        result = evaluate(bad)
+        assert result["ok"] and not result["success"] and result["tampered"], (name, result)
+    assert not evaluate(tmp_path / "missing")["success"]
 
 
 def test_killed_worker_is_a_typed_error_and_is_replaced(env):
+    # Killed from outside before it was sent any code: not the agent's doing, so an error, not a score.
     env.reset(options={"task_id": "agnotecount_1"})
-    pid = env._worker.pid
-    os.kill(pid, 9)
+    worker = env._worker
+    os.kill(worker.pid, 9)
+    deadline = time.monotonic() + 30
+    while worker.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)  # alive() asks the fork server, which reaps the child once it is dead
     with pytest.raises(EnvCrashError):
         env.step("<code>print(1)</code>")
     obs, info = env.reset(options={"task_id": "agnotecount_1"})
-    assert env._worker.pid != pid and env._worker.alive()
+    assert env._worker.pid != worker.pid and env._worker.alive()
     obs, r, term, trunc, info = env.step("<code>print(2 + 2)</code>")
     assert obs.strip() == "4" and info["process_ok"]
 
 
-def test_hung_worker_is_a_timeout_error(env):
-    from agentgym.envs.appworld.sandbox import SandboxLimits
-
-    import agentgym
-
-    e = agentgym.make("AppWorld-v0", split="test", limits=SandboxLimits(wall_seconds_per_request=3,
-                                                                        cell_timeout_seconds=60))
-    try:
-        e.reset(options={"task_id": "agnotecount_2"})
-        with pytest.raises(EpisodeTimeoutError):
-            e.step("<code>while True:\n    pass</code>")
-        assert not e._worker
-    finally:
-        e.close()
+def test_every_episode_gets_a_fresh_worker_and_taint_is_the_parents(env):
+    env.reset(options={"task_id": "agvenmobal_1"})
+    first = env._worker
+    assert not first.tainted
+    env.step("<code>this is not python (</code>")
+    assert first.tainted  # the parent does not ask the worker whether code ran
+    obs, info = env.reset(options={"task_id": "agvenmobal_2"})
+    assert env._worker is not first and env._worker.pid != first.pid and "Venmo balance" in obs
+    assert first.closed and not os.path.exists(first.workspace)
+    # Limits are applied to each worker (RLIMIT_NPROC too: fork-bomb containment that does not rely on the hook).
+    limits = open(f"/proc/{env._worker.pid}/limits").read()
+    nproc = next(line for line in limits.splitlines() if line.startswith("Max processes")).split()[2]
+    assert nproc.isdigit(), limits
 
 
 def test_reset_is_reproducible_and_random_policy_runs(env):
@@ -243,17 +380,6 @@ def test_reset_is_reproducible_and_random_policy_runs(env):
         e.close()
 
 
-def test_worker_reused_only_while_no_agent_code_ran(env):
-    env.reset(options={"task_id": "agvenmobal_1"})
-    pid = env._worker.pid
-    env.step("<code>this is not python (</code>")  # does not parse: never runs
-    obs, info = env.reset(options={"task_id": "agvenmobal_2"})
-    assert env._worker.pid == pid and "Venmo balance" in obs
-    env.step("<code>print('ran')</code>")
-    env.reset(options={"task_id": "agvenmobal_3"})
-    assert env._worker.pid != pid
-
-
 def test_cli_eval_oracle_reports_tgc_and_sgc_of_100_percent_on_the_test_split(tmp_path):
     """The issue's acceptance command, as a user runs it: every gold solution of the test split, scored by the
     clean evaluator process; TGC (success rate) and SGC (every task of a scenario won) are both 100%."""
@@ -262,8 +388,9 @@ def test_cli_eval_oracle_reports_tgc_and_sgc_of_100_percent_on_the_test_split(tm
     import sys
 
     out = tmp_path / "appworld_oracle.jsonl"
+    # Under the suite's 300 s per-test timeout (the run takes well under a minute).
     res = subprocess.run([sys.executable, "-m", "agentgym.cli", "eval", "AppWorld-v0", "--split", "test",
-                          "--policy", "oracle", "--out", str(out)], capture_output=True, text=True, timeout=900)
+                          "--policy", "oracle", "--out", str(out)], capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 12 and all(r["won"] and r["error"] is None for r in rows)

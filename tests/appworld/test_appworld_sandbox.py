@@ -4,7 +4,9 @@ scrubbed environment, and the worker's audit hook."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from agentgym.envs.appworld import sandbox
 from agentgym.envs.appworld.sandbox import (SandboxLimits, limit_setter, network_isolation_available,
                                             sandbox_command, scrubbed_env)
 
@@ -54,6 +57,38 @@ def test_memory_and_cpu_limits_are_enforced(tmp_path):
     assert proc.returncode != 0  # killed by SIGXCPU/SIGKILL at the CPU limit
 
 
+def test_missing_network_namespaces_are_logged_as_a_warning(tmp_path, monkeypatch, caplog):
+    # A PATH without `unshare` is a machine without network namespaces, as far as the sandbox can tell.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(sandbox, "_warned", False)
+    sandbox._unshare_prefix.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="agentgym.envs.appworld.sandbox"):
+            assert not network_isolation_available()
+            assert sandbox_command(["python", "-c", "pass"], SandboxLimits()) == ["python", "-c", "pass"]
+        assert "network namespaces are NOT available" in caplog.text
+    finally:
+        monkeypatch.undo()
+        sandbox._unshare_prefix.cache_clear()
+
+
+def test_process_limit_is_applied(tmp_path):
+    out = _run("print(open('/proc/self/limits').read())", SandboxLimits(network=False, processes=7),
+               str(tmp_path)).stdout
+    value = next(line for line in out.splitlines() if line.startswith("Max processes")).split()[2]
+    # The user's current count plus the headroom (processes come and go meanwhile), not the host's own limit.
+    assert value.isdigit() and 7 <= int(value) <= sandbox._user_tasks() + 7 + 500, out
+    assert int(value) != resource.getrlimit(resource.RLIMIT_NPROC)[0]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="the kernel does not apply RLIMIT_NPROC to root")
+def test_process_limit_stops_a_fork_bomb(tmp_path):
+    code = ("import os\nn = 0\ntry:\n    while n < 100000:\n        if os.fork() == 0:\n            os._exit(0)\n"
+            "        n += 1\nexcept OSError as e:\n    print('STOPPED', n, type(e).__name__)")
+    out = _run(code, SandboxLimits(network=False, processes=16), str(tmp_path)).stdout
+    assert out.startswith("STOPPED") and int(out.split()[1]) <= 16, out
+
+
 def test_environment_is_scrubbed(tmp_path, monkeypatch):
     monkeypatch.setenv("AGENTGYM_TEST_SECRET", "HOST-ENV-SECRET")
     out = _run("import os, json; print(json.dumps(dict(os.environ)))", SandboxLimits(network=False),
@@ -68,11 +103,19 @@ def test_audit_hook_confines_files_processes_and_sockets(tmp_path, listener):
     ws.mkdir()
     outside = tmp_path / "outside.txt"
     outside.write_text("OUTSIDE-SECRET")
+    world = tmp_path / "world"  # a read root, as a task's data is for its worker
+    (world / "ground_truth").mkdir(parents=True)
+    (world / "specs.json").write_text("{}")
+    (world / "ground_truth" / "answer.json").write_text("42")
+    ro_db = world / "base.db"
+    import sqlite3
+
+    sqlite3.connect(ro_db).close()
     code = textwrap.dedent(f"""
         import importlib.util, os, sys, socket
         spec = importlib.util.spec_from_file_location("w", {str(WORKER)!r})
         w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w)
-        w._install_guard({str(ws)!r}, [sys.prefix, sys.base_prefix] + [p for p in sys.path if p])
+        w._install_guard({str(ws)!r}, [{str(world)!r}, sys.prefix, sys.base_prefix] + [p for p in sys.path if p])
         def attempt(name, fn):
             try:
                 fn(); print(name, "ALLOWED")
@@ -87,11 +130,30 @@ def test_audit_hook_confines_files_processes_and_sockets(tmp_path, listener):
         attempt("remove outside", lambda: os.remove({str(outside)!r}))
         import gc
         attempt("gc", gc.get_objects)
+        import sqlite3
+        attempt("sqlite outside", lambda: sqlite3.connect({str(tmp_path / 'x.db')!r}))
+        attempt("sqlite inside", lambda: sqlite3.connect({str(ws / 'x.db')!r}).execute("create table t(x)"))
+        attempt("sqlite memory", lambda: sqlite3.connect(":memory:"))
+        attempt("sqlite shared memory", lambda: sqlite3.connect("file:m?mode=memory&cache=shared", uri=True))
+        attempt("sqlite memory then rwc", lambda: sqlite3.connect(
+            "file:{tmp_path / 'y.db'}?mode=memory&mode=rwc", uri=True))
+        attempt("sqlite read-only world", lambda: sqlite3.connect("file:{ro_db}?mode=ro", uri=True))
+        attempt("sqlite escaped path", lambda: sqlite3.connect("file:{tmp_path}/%78.db?mode=ro", uri=True))
+        attempt("read world", lambda: open({str(world / 'specs.json')!r}).read())
+        attempt("read ground truth", lambda: open({str(world / 'ground_truth' / 'answer.json')!r}).read())
+        import importlib.util
+        attempt("fresh _posixsubprocess",
+                lambda: importlib.util.module_from_spec(importlib.util.find_spec("_posixsubprocess")))
         sys.stdout.flush()
     """)
     out = _run(code, SandboxLimits(network=False), str(ws)).stdout
     lines = dict(line.rsplit(" ", 1) for line in out.strip().splitlines())
     assert lines == {"read outside": "REFUSED", "write outside": "REFUSED", "write inside": "ALLOWED",
                      "fork": "REFUSED", "system": "REFUSED", "connect": "REFUSED", "remove outside": "REFUSED",
-                     "gc": "REFUSED"}, out
+                     "gc": "REFUSED", "sqlite outside": "REFUSED", "sqlite inside": "ALLOWED",
+                     "sqlite memory": "ALLOWED", "sqlite shared memory": "ALLOWED",
+                     "sqlite memory then rwc": "REFUSED", "sqlite read-only world": "ALLOWED",
+                     "sqlite escaped path": "REFUSED", "read world": "ALLOWED", "read ground truth": "REFUSED",
+                     "fresh _posixsubprocess": "REFUSED"}, out
     assert outside.exists() and not (tmp_path / "new.txt").exists()
+    assert not (tmp_path / "x.db").exists() and not (tmp_path / "y.db").exists()

@@ -1,8 +1,9 @@
-"""Our AppWorld task set and failure classification: no AppWorld venv needed."""
+"""Our AppWorld task set, failure classification and where setup records the venv: no AppWorld venv needed."""
 
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 
 import pytest
@@ -41,10 +42,11 @@ def test_splits_are_disjoint_and_cover_three_apps_in_test():
     ("Execution failed. Traceback:\nException: Response status code is 401:\n{\"message\": \"x\"}", True),
     ("{\"message\": \"Note created.\", \"note_id\": 2}\n", False),
     ("Execution successful.", False),
+    ("\n  Execution failed. Traceback:\nNameError: name 'x' is not defined", True),
     ("the text Execution failed. inside normal output", False),
+    ("print('" + FAILURE_MARKER + "')", False),
 ])
 def test_failure_marker_classification(output, failed):
-    assert output.startswith(FAILURE_MARKER) == failed
     assert is_failure(output) == failed
 
 
@@ -52,3 +54,25 @@ def test_scenario_goal_completion():
     res = [("a_1", True), ("a_2", True), ("b_1", True), ("b_2", False)]
     assert scenario_goal_completion(res) == 0.5
     assert scenario_goal_completion([]) == 0.0
+
+
+def test_setup_root_is_found_afterwards(tmp_path, monkeypatch):
+    """``agentgym appworld setup --root DIR`` records DIR where a plain lookup finds it (the pip install itself is
+    not re-run here: the record and the lookup are what this checks)."""
+    from agentgym.envs.appworld.setup import find_install, record_install
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("AGENTGYM_APPWORLD_HOME", raising=False)
+    root = tmp_path / "elsewhere"
+    root.mkdir()
+    assert find_install() is None
+    record_install(root, sys.executable)
+    found = find_install()
+    assert found is not None and found.root == root.resolve() and str(found.python) == sys.executable
+    # $AGENTGYM_APPWORLD_HOME still decides when set; an install in the default home wins over the pointer.
+    monkeypatch.setenv("AGENTGYM_APPWORLD_HOME", str(tmp_path / "nothing-here"))
+    assert find_install() is None
+    monkeypatch.delenv("AGENTGYM_APPWORLD_HOME")
+    home = tmp_path / "home" / ".cache" / "agentgym" / "appworld"
+    record_install(home, sys.executable)
+    assert find_install().root == home.resolve()

@@ -257,5 +257,6 @@ def test_obs_hash_is_stable_across_processes():
 
 def test_import_is_light():
     code = ("import sys, agentgym; heavy = [m for m in ('torch', 'transformers', 'faiss', 'trl', 'verl', "
-            "'sentence_transformers', 'alfworld', 'textworld') if m in sys.modules]; assert not heavy, heavy")
+            "'sentence_transformers', 'alfworld', 'textworld', 'appworld') if m in sys.modules]; "
+            "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -9,9 +9,11 @@ Usage (the agentgym side, :mod:`.tasks`, calls it): ``<appworld-python> -I build
 
 * ``OUT_DIR/full/data``: the official layout (``api_docs/standard``, ``base_dbs``, ``tasks/<id>/{specs.json,dbs,ground_truth}``,
   ``datasets/<split>.txt``) that ``appworld.evaluator.evaluate_task`` reads; only the evaluator process sees it.
-* ``OUT_DIR/world/data``: the same without ``ground_truth`` -- all a worker (which runs agent code) may read.
-  Database files are hard links of the full tree's (no copy); ``OUT_DIR/manifest.json`` records the SHA-256 of
-  every file under ``full/data/tasks`` and ``full/data/base_dbs`` so the evaluator can refuse a tampered tree.
+* ``OUT_DIR/world/data``: the same without ``ground_truth`` -- the tree workers load their worlds from. Its files
+  are copies, not hard links, of the full tree's (a write through one must never reach the evaluator's data), and
+  every built file is made read-only. ``OUT_DIR/manifest.json`` records the SHA-256 of every file of both trees
+  (keys relative to ``OUT_DIR``) so that the evaluator can refuse a tampered task and ``ensure_build`` can tell a
+  damaged build and rebuild it.
 
 The build is deterministic: time is frozen at each task's datetime, ids are assigned in record order, and nothing
 random is drawn.  This file must import nothing from agentgym (it runs with ``python -I`` in another venv).
@@ -163,27 +165,23 @@ def main(argv):
         with open(os.path.join(ds, split + ".txt"), "w") as f:
             f.write("\n".join(ids) + "\n")
 
-    # The worker's view: everything but ground truth, as hard links (same bytes, no copy).
+    # The workers' tree: everything but ground truth, as copies.
     world = os.path.join(tmp, "world", "data")
     shutil.copytree(os.path.join(full, "data", "api_docs"), os.path.join(world, "api_docs"))
-    os.makedirs(os.path.join(world, "base_dbs"))
-    for name in sorted(os.listdir(base)):
-        os.link(os.path.join(base, name), os.path.join(world, "base_dbs", name))
+    shutil.copytree(base, os.path.join(world, "base_dbs"))
     for task in spec["tasks"]:
         src = os.path.join(full, "data", "tasks", task["task_id"])
         dst = os.path.join(world, "tasks", task["task_id"])
-        os.makedirs(os.path.join(dst, "dbs"))
+        os.makedirs(dst)
         shutil.copy(os.path.join(src, "specs.json"), dst)
-        for name in sorted(os.listdir(os.path.join(src, "dbs"))):
-            os.link(os.path.join(src, "dbs", name), os.path.join(dst, "dbs", name))
+        shutil.copytree(os.path.join(src, "dbs"), os.path.join(dst, "dbs"))
     manifest = {}
-    data_root = os.path.join(full, "data")
-    for sub in ("tasks", "base_dbs"):
-        for dirpath, _, files in os.walk(os.path.join(data_root, sub)):
-            for name in files:
-                p = os.path.join(dirpath, name)
-                manifest[os.path.relpath(p, data_root)] = _sha256(p)
-    _write_json(os.path.join(tmp, "manifest.json"), manifest)
+    for dirpath, _, files in os.walk(tmp):
+        for name in files:
+            p = os.path.join(dirpath, name)
+            os.chmod(p, 0o444)
+            manifest[os.path.relpath(p, tmp)] = _sha256(p)
+    _write_json(os.path.join(tmp, "manifest.json"), dict(sorted(manifest.items())))
     shutil.rmtree(out_dir, ignore_errors=True)
     os.rename(tmp, out_dir)
     sys.stdout.write(json.dumps({"ok": True, "tasks": len(spec["tasks"])}) + "\n")

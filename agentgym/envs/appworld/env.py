@@ -8,12 +8,22 @@
   import, timeout, step cap).
 * **End**: ``terminated`` when the code marks the task complete (``apis.supervisor.complete_task(...)``);
   ``truncated`` at ``max_turns``. Either way the episode is then evaluated in a *fresh process* that never runs
-  agent code (:func:`.pool.run_evaluator`): reward 1.0 and ``won`` when every check passes (task goal completion,
-  TGC); ``progress`` is the fraction of checks passed; ``info["evaluation"]`` lists each check's pass/fail.
-  ``info["scenario_id"]`` names the scenario: scenario goal completion (SGC) is the fraction of scenarios all of
-  whose tasks were won (:func:`scenario_goal_completion`).
-* **Errors**: a worker that dies raises :class:`~agentgym.errors.EnvCrashError`, one that hangs past its wall-clock
-  limit :class:`~agentgym.errors.EpisodeTimeoutError`; the pool replaces it for the next episode.
+  agent code (:func:`.pool.run_evaluator`), from the state AppWorld saved after the last cell: reward 1.0 and
+  ``won`` when every check passes (task goal completion, TGC); ``progress`` is the fraction of checks passed;
+  ``info["evaluation"]`` lists each check's pass/fail. ``info["scenario_id"]`` names the scenario: scenario goal
+  completion (SGC) is the fraction of scenarios all of whose tasks were won (:func:`scenario_goal_completion`).
+* **Agent code that breaks its worker** is a failed task, never an error (an agent must not be able to make a
+  failing episode vanish from TGC/SGC): once a code cell has been sent to a worker, the worker dying (``os._exit``,
+  a signal, a thread that kills it between cells), hanging past its wall-clock limit (a loop that swallows
+  AppWorld's own timeout), answering with an error, or flooding its reply pipe (a line over 32 MiB; forged lines
+  are skipped, :mod:`.pool`) ends the episode at once: ``terminated``, ``process_ok`` False, reward 0, ``won``
+  False, ``info["agent_failure"]`` an :class:`~agentgym.errors.ErrorRecord` of kind ``agent_code``. The saved
+  state is still evaluated (so ``info["evaluation"]`` shows what the agent had done) with one more, failed, check.
+  A saved state that is malformed or does not load is a failed check too.
+* **Errors** (not scored, as for every env): a worker that fails to start or dies before it was sent any code
+  raises :class:`~agentgym.errors.EnvCrashError`, one that hangs then :class:`~agentgym.errors.EpisodeTimeoutError`;
+  an evaluation that fails on a well-formed state :class:`.pool.EvaluationError`. Every episode runs in a fresh
+  worker process (forked from a server that has AppWorld imported, :mod:`.pool`).
 """
 
 from __future__ import annotations
@@ -26,11 +36,11 @@ from typing import Any, Iterable
 import numpy as np
 
 from ...core import AgentEnv, StepInfo, StepOutcome
-from ...errors import AgentGymError, TaskError
+from ...errors import AGENT_CODE, AgentGymError, EpisodeTimeoutError, ErrorRecord, TaskError
 from ...parsing import ParsedAction
 from ...prompts import PromptTemplate
 from . import OFFICIAL_SPLITS, OUR_SPLITS
-from .pool import Worker, WorkerSpec, get_pool, run_evaluator
+from .pool import EXPERIMENT, Worker, WorkerSpec, get_pool, run_evaluator
 from .sandbox import SandboxLimits
 from .setup import require_install
 from .tasks import AppWorldTask, Build, ensure_build, load_tasks, official_root, official_task_ids, scenario_of
@@ -89,7 +99,8 @@ class AppWorldEnv(AgentEnv):
         root: the AppWorld install root (default: ``$AGENTGYM_APPWORLD_HOME`` or ``~/.cache/agentgym/appworld``).
         task_dir: our task definitions (default: the ``tasks`` folder beside this module).
         limits: sandbox limits of the workers.
-        spares: workers kept started ahead of need.
+        max_interactions: AppWorld's own cap on the cells a world executes (past it every cell fails).
+        spares: workers kept forked ahead of need.
         max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
     """
 
@@ -97,9 +108,9 @@ class AppWorldEnv(AgentEnv):
     prompt_template = _TEMPLATE
 
     def __init__(self, split: str = "test", *, root: str | os.PathLike | None = None,
-                 task_dir: str | os.PathLike | None = None, limits: SandboxLimits | None = None, spares: int = 1,
-                 max_turns: int = 30, invalid_action_penalty: float = 0.0, history_length: int = 2,
-                 render_mode: str | None = None):
+                 task_dir: str | os.PathLike | None = None, limits: SandboxLimits | None = None,
+                 max_interactions: int = 1000, spares: int = 1, max_turns: int = 30,
+                 invalid_action_penalty: float = 0.0, history_length: int = 2, render_mode: str | None = None):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
                          history_length=history_length, render_mode=render_mode)
         if split not in OUR_SPLITS and split not in OFFICIAL_SPLITS:
@@ -109,6 +120,7 @@ class AppWorldEnv(AgentEnv):
         self.official = split in OFFICIAL_SPLITS
         self._task_dir = task_dir
         self.limits = limits or SandboxLimits()
+        self.max_interactions = int(max_interactions)
         self.spares = spares
         if self.official:
             self._tasks = tuple(AppWorldTask(task_id=t, scenario=scenario_of(t), split=split, official=True)
@@ -122,6 +134,7 @@ class AppWorldEnv(AgentEnv):
         self._reset_info: dict = {}
         self._evaluation: dict | None = None
         self._progress: float | None = None
+        self._agent_failure: dict | None = None
 
     # ---- tasks --------------------------------------------------------------------------------------------
     def task_ids(self, n: int | None = None) -> list[str]:
@@ -147,12 +160,15 @@ class AppWorldEnv(AgentEnv):
 
     # ---- data and workers ---------------------------------------------------------------------------------
     def _paths(self) -> tuple[str, str, str | None]:
-        """(world data a worker sees, full data the evaluator reads, manifest or None)."""
+        """(world data a worker loads from, full data the evaluator reads, manifest or None)."""
         if self.official:
             root = official_root()
             assert root is not None
             data = str(root / "data")
-            # Official bundles keep ground truth beside the inputs; the worker still cannot write there.
+            # Official bundles keep each task's ground truth beside its inputs (data/tasks/<id>/ground_truth). The
+            # worker loads its world from this tree before any agent code runs; from then on its guard lets it read
+            # only data/api_docs, data/base_dbs and its own task's specs.json and dbs -- never a ground_truth
+            # folder -- and write nothing (see worker.py).
             return data, data, None
         if self._build is None:
             self._build = ensure_build(self.install, self._task_dir)
@@ -161,21 +177,18 @@ class AppWorldEnv(AgentEnv):
     def _spec(self) -> WorkerSpec:
         world, _, _ = self._paths()
         return WorkerSpec(python=str(self.install.python), world_data=world,
-                          scratch_dir=str(self.install.scratch_dir), limits=self.limits)
+                          scratch_dir=str(self.install.scratch_dir), limits=self.limits,
+                          max_interactions=self.max_interactions)
 
-    def _drop_worker(self, reuse: bool = False) -> None:
-        """Let go of the current worker: back to the pool when ``reuse`` and no agent code ran in it, else killed."""
+    def _drop_worker(self) -> None:
+        """Kill the current worker and delete its workspace (one episode per worker process)."""
         worker, self._worker = self._worker, None
-        if worker is None:
-            return
-        if reuse and not worker.tainted and worker.alive():
-            get_pool(worker.spec, spares=self.spares).release(worker)
-        else:
+        if worker is not None:
             worker.dispose()
 
     def __del__(self) -> None:
         try:
-            self._drop_worker(reuse=True)
+            self._drop_worker()
         except Exception:  # noqa: BLE001 - interpreter shutdown; the pool's atexit hook cleans up
             pass
 
@@ -187,16 +200,12 @@ class AppWorldEnv(AgentEnv):
     def _start(self, task: AppWorldTask) -> str:
         self._evaluation = None
         self._progress = None
-        worker = self._worker
-        if worker is None or worker.tainted or not worker.alive():
-            # A fresh process per episode once agent code has run; a worker that only ever saw unparsable cells
-            # (or none) may host the next world (AppWorld closes the old one first).
-            self._drop_worker()
-            worker = get_pool(self._spec(), spares=self.spares).acquire()
-            self._worker = worker
+        self._agent_failure = None
+        self._drop_worker()  # a fresh process per episode: no process ever hosts a second world
+        worker = self._worker = get_pool(self._spec(), spares=self.spares).acquire()
         try:
             reply = worker.request("reset", timeout=self.limits.start_seconds, task_id=task.task_id,
-                                   experiment="agentgym")
+                                   experiment=EXPERIMENT)
         except AgentGymError:
             self._drop_worker()
             raise
@@ -208,17 +217,34 @@ class AppWorldEnv(AgentEnv):
                 "Use Python code with the `apis` object; call apis.supervisor.complete_task() when done.")
 
     def _execute(self, command: str, parsed: ParsedAction) -> StepOutcome:
-        if self._worker is None:
+        worker = self._worker
+        if worker is None:
             raise TaskError("no live worker: call reset()")
         try:
-            reply = self._worker.request("execute", code=command)
-        except AgentGymError:
-            self._drop_worker()
-            raise
+            reply = worker.request("execute", code=command)
+        except AgentGymError as e:
+            if not worker.tainted:  # it died before it was sent any code: not the agent's doing
+                self._drop_worker()
+                raise
+            return self._agent_broke_worker(worker, e)
         output = str(reply["output"])
         failed = is_failure(output)
         return StepOutcome(observation=output, terminated=bool(reply.get("task_completed")), process_ok=not failed,
                            invalid_reason=output.strip().splitlines()[-1][:300] if failed else None)
+
+    def _agent_broke_worker(self, worker: Worker, error: AgentGymError) -> StepOutcome:
+        """The agent's code killed, hung or garbled its worker: end the episode as a failure (see the docstring)."""
+        worker.kill()  # stop anything still running before the saved state is read
+        if isinstance(error, EpisodeTimeoutError):
+            what = f"did not finish within {self.limits.wall_seconds_per_request:.0f}s and was killed"
+        else:
+            what = f"ended abnormally ({worker.status})"
+        logger.info("AppWorld task %s: the agent's code broke its worker: %s", self.task.task_id, error)
+        self._agent_failure = ErrorRecord(kind=AGENT_CODE, stage="step", message=str(error),
+                                          exception=type(error).__name__).to_dict()
+        reason = f"the process running your code {what}; the episode ends here"
+        return StepOutcome(observation=f"{FAILURE_MARKER} Traceback:\n{reason[0].upper()}{reason[1:]}.",
+                           terminated=True, process_ok=False, invalid_reason=reason)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, StepInfo]:
         obs, reward, terminated, truncated, info = super().step(action)
@@ -229,6 +255,7 @@ class AppWorldEnv(AgentEnv):
             reward += 1.0 if won else 0.0
             info["won"], info["score"], info["progress"] = won, self.score(), self.progress()
             info["evaluation"] = self._evaluation
+        info["agent_failure"] = self._agent_failure  # type: ignore[typeddict-unknown-key]
         return obs, reward, terminated, truncated, info
 
     def _evaluate(self) -> None:
@@ -236,19 +263,23 @@ class AppWorldEnv(AgentEnv):
         if worker is None:
             raise TaskError("no live worker to evaluate")
         try:
-            out = worker.request("close")["output_dbs"]
+            worker.kill()  # the state AppWorld saved after the last cell is final; nothing may touch it now
             _, full, manifest = self._paths()
-            result = run_evaluator(str(self.install.python), full, manifest, self.task.task_id, out,
-                                   str(self.install.scratch_dir))
+            result = run_evaluator(str(self.install.python), full, manifest, self.task.task_id,
+                                   worker.output_dbs(self.task.task_id), str(self.install.scratch_dir))
         finally:
             self._drop_worker()
         checks = [{"requirement": p["requirement"], "passed": True} for p in result["passes"]]
         checks += [{"requirement": f["requirement"], "passed": False, "trace": f.get("trace", "")}
                    for f in result["failures"]]
-        n = max(1, int(result["num_tests"]))
-        self._progress = len(result["passes"]) / n
-        self._evaluation = {"success": bool(result["success"]), "num_tests": int(result["num_tests"]),
-                            "tgc": 1.0 if result["success"] else 0.0, "checks": checks}
+        n, success = int(result["num_tests"]), bool(result["success"])
+        if self._agent_failure is not None:
+            checks.append({"requirement": "the agent's code left its worker running (no crash, hang or garbage)",
+                           "passed": False, "trace": self._agent_failure["message"][:2000]})
+            n, success = n + 1, False
+        self._progress = sum(c["passed"] for c in checks) / max(1, n)
+        self._evaluation = {"success": success, "num_tests": n, "tgc": 1.0 if success else 0.0, "checks": checks,
+                            "tampered": bool(result.get("tampered"))}
 
     def progress(self) -> float | None:
         return self._progress
@@ -262,6 +293,7 @@ class AppWorldEnv(AgentEnv):
         info = super()._info(parsed, raw, outcome)
         info["scenario_id"] = scenario_of(self._task_id(self.task))  # type: ignore[typeddict-unknown-key]
         info["evaluation"] = None  # type: ignore[typeddict-unknown-key]
+        info["agent_failure"] = None  # type: ignore[typeddict-unknown-key]
         return info
 
     def _prompt_fields(self) -> dict[str, Any]:

@@ -1,12 +1,23 @@
-"""Sandboxed AppWorld worker processes and the pool that keeps warm ones ready.
+"""AppWorld worker processes: a fork server per interpreter, one sandboxed child per episode, and the evaluator.
 
-A :class:`Worker` is one process of ``worker.py`` in the AppWorld venv (one world, one episode), confined as
-:mod:`.sandbox` describes, spoken to over JSON lines. Its failures become typed errors: a worker that exits or
-closes its pipe raises :class:`~agentgym.errors.EnvCrashError`; one that does not answer within the wall-clock
-limit is killed (its whole process group) and raises :class:`~agentgym.errors.EpisodeTimeoutError`. The
-:class:`WorkerPool` starts workers ahead of need (start-up imports AppWorld, about a second or two), hands out
-live ones, and replaces any that died while waiting. :func:`run_evaluator` runs ``evaluator.py`` in a fresh
-process.
+A :class:`_Server` is one process of ``worker.py`` in the AppWorld venv, started in the network namespace of
+:mod:`.sandbox` with a scrubbed environment. It imports AppWorld once (seconds) and then forks, on request, a
+:class:`Worker` (one world, one episode; its own session, workspace, stderr log and rlimits) or an evaluator child
+(:func:`run_evaluator`, a fresh process that never ran agent code). Forking costs milliseconds, so every episode
+gets a process of its own and no process ever hosts a second world.
+
+A worker child forbids itself every new process at the kernel level (a seccomp filter; a warning is logged once
+where the kernel does not allow it). It speaks JSON lines over two pipes. Every request carries a fresh random
+``id`` that the reply must repeat: lines that agent code writes into the reply pipe (``os.write`` is not audited)
+cannot know it and are skipped, and a line longer than :data:`MAX_LINE_BYTES` ends the worker. The parent trusts
+nothing else a worker says: it marks a worker *tainted* itself as soon as it has sent it a code cell, never reuses a
+worker for another episode, and builds the path of the saved state itself (:meth:`Worker.output_dbs`).
+
+Failures are typed errors: a worker that exits or closes its pipe raises :class:`~agentgym.errors.EnvCrashError`;
+one that does not answer within its wall-clock limit is killed (its whole process group) and raises
+:class:`~agentgym.errors.EpisodeTimeoutError`. Whether that is the agent's doing is for the env to decide
+(:attr:`Worker.tainted`). The :class:`WorkerPool` keeps ``spares`` forked children ready and replaces any that died
+while waiting.
 """
 
 from __future__ import annotations
@@ -15,8 +26,10 @@ import atexit
 import json
 import logging
 import os
-import queue
+import secrets
+import select
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -26,15 +39,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import AgentGymError, EnvCrashError, EpisodeTimeoutError
-from .sandbox import SandboxLimits, limit_setter, sandbox_command, scrubbed_env
+from .sandbox import SandboxLimits, limit_setter, rlimits, sandbox_command, scrubbed_env
 
-__all__ = ["Worker", "WorkerPool", "WorkerSpec", "run_evaluator", "get_pool", "EvaluationError"]
+__all__ = ["Worker", "WorkerPool", "WorkerSpec", "run_evaluator", "get_pool", "get_server", "close_servers",
+           "EvaluationError", "EXPERIMENT", "MAX_LINE_BYTES"]
 
 logger = logging.getLogger(__name__)
 
 _HERE = Path(__file__).resolve().parent
 WORKER_SCRIPT = _HERE / "worker.py"
-EVALUATOR_SCRIPT = _HERE / "evaluator.py"
+#: AppWorld experiment name of every episode (the saved state lives under it in the worker's workspace)
+EXPERIMENT = "agentgym"
+#: the longest protocol line a worker may write (a cell's output included)
+MAX_LINE_BYTES = 32 * 1024**2
+_CONTROL_TIMEOUT = 60.0
 
 
 class EvaluationError(AgentGymError, RuntimeError):
@@ -43,15 +61,205 @@ class EvaluationError(AgentGymError, RuntimeError):
     kind = "env_crash"
 
 
+class _ChannelClosed(Exception):
+    pass
+
+
+class _Channel:
+    """The parent's read end of a child's reply pipe: JSON lines, read with a deadline, matched by ``id``."""
+
+    def __init__(self, fd: int, pid: int):
+        self.fd, self.pid = fd, pid
+        self._buf = bytearray()
+        self.skipped = 0
+
+    def _skip(self, line: bytes) -> None:
+        if not self.skipped:  # once per worker: a flood of forged lines must not flood the log
+            logger.warning("AppWorld worker %d wrote a line that answers no request of the parent (forged or "
+                           "stale), skipped (and so will be any more): %r", self.pid, line[:200])
+        self.skipped += 1
+
+    def read(self, rid: str, timeout: float, what: str) -> dict:
+        """The next line that answers ``rid``; raises :class:`EpisodeTimeoutError`, :class:`_ChannelClosed` (EOF or
+        an oversized line). Lines that are not JSON or carry another id are skipped."""
+        deadline = time.monotonic() + timeout
+        while True:
+            start = 0
+            try:
+                while (end := self._buf.find(b"\n", start)) >= 0:
+                    line, start = bytes(self._buf[start:end]), end + 1
+                    if not line.strip():
+                        continue
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        msg = None
+                    if isinstance(msg, dict) and msg.get("id") == rid:
+                        return msg
+                    self._skip(line)
+            finally:
+                del self._buf[:start]
+            if len(self._buf) > MAX_LINE_BYTES:
+                raise _ChannelClosed(f"a protocol line over {MAX_LINE_BYTES} bytes")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise EpisodeTimeoutError(f"AppWorld worker {self.pid} did not answer {what} within {timeout:.0f}s")
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if ready:
+                chunk = os.read(self.fd, 1 << 20)
+                if not chunk:
+                    raise _ChannelClosed("its reply pipe closed")
+                self._buf += chunk
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class _Server:
+    """The fork server (``worker.py``) of one interpreter; see the module docstring."""
+
+    def __init__(self, python: str, network: bool, scratch_dir: str, start_seconds: float):
+        self.python, self.network = python, network
+        os.makedirs(scratch_dir, exist_ok=True)
+        self.home = tempfile.mkdtemp(prefix="server-", dir=scratch_dir)
+        Path(self.home, ".owner").write_text(str(os.getpid()))
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = sandbox_command([python, "-I", str(WORKER_SCRIPT), json.dumps({"control_fd": theirs.fileno()})],
+                               SandboxLimits(network=network))
+        self._log_path = os.path.join(self.home, ".server.log")
+        t0 = time.monotonic()
+        with open(self._log_path, "wb") as log:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.home,
+                                         env=scrubbed_env(self.home), pass_fds=(theirs.fileno(),),
+                                         preexec_fn=limit_setter(None))
+        theirs.close()
+        self.sock = ours
+        self._lock = threading.Lock()
+        try:
+            ready = self._recv(start_seconds, "start-up")
+        except AgentGymError:
+            self.close()
+            raise
+        if not ready.get("ready"):
+            self.close()
+            raise EnvCrashError(f"the AppWorld fork server sent {ready!r} instead of ready")
+        #: seconds from start to ready (importing AppWorld)
+        self.ready_seconds = time.monotonic() - t0
+
+    def _tail(self, n: int = 2000) -> str:
+        try:
+            with open(self._log_path, "rb") as f:
+                f.seek(max(0, os.path.getsize(self._log_path) - n))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _recv(self, timeout: float, what: str) -> dict:
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(1 << 16)
+        except socket.timeout:
+            self.close()
+            raise EpisodeTimeoutError(f"the AppWorld fork server did not answer {what} within {timeout:.0f}s") \
+                from None
+        except OSError:
+            data = b""
+        if not data:
+            code = self.proc.poll()
+            self.close()
+            raise EnvCrashError(f"the AppWorld fork server died during {what} (exit code {code}); log tail:\n"
+                                f"{self._tail()}")
+        return json.loads(data)
+
+    def call(self, msg: dict, fds: tuple[int, ...] = (), timeout: float = _CONTROL_TIMEOUT) -> dict:
+        with self._lock:
+            if not self.alive():
+                raise EnvCrashError("the AppWorld fork server is not running")
+            try:
+                socket.send_fds(self.sock, [json.dumps(msg).encode()], list(fds))
+            except OSError as e:
+                self.close()
+                raise EnvCrashError(f"the AppWorld fork server is gone ({e})") from e
+            answer = self._recv(timeout, msg["op"])
+        if "error" in answer:
+            raise EnvCrashError(f"the AppWorld fork server refused {msg['op']}: {answer['error']}")
+        return answer
+
+    def fork(self, msg: dict, stdin: bool) -> tuple[int, int | None, int]:
+        """Fork a child for ``msg``; returns (pid, write end of its request pipe or None, read end of its replies)."""
+        resp_r, resp_w = os.pipe()
+        req_r, req_w = os.pipe() if stdin else (None, None)
+        try:
+            pid = self.call({"op": "fork", **msg}, (resp_w,) + ((req_r,) if req_r is not None else ()))["pid"]
+        except BaseException:
+            for fd in (resp_r, req_w):
+                if fd is not None:
+                    os.close(fd)
+            raise
+        finally:
+            for fd in (resp_w, req_r):
+                if fd is not None:
+                    os.close(fd)
+        return pid, req_w, resp_r
+
+    def kill(self, pid: int) -> str:
+        """Kill a child's process group and reap it; how it ended."""
+        return str(self.call({"op": "kill", "pid": pid})["status"])
+
+    def poll(self, pid: int) -> tuple[bool, str | None]:
+        """Whether a child still runs; when it does not, it is reaped now and how it ended comes back too."""
+        answer = self.call({"op": "poll", "pid": pid})
+        return bool(answer["alive"]), answer.get("status")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            logger.error("the AppWorld fork server %d did not exit after SIGKILL", self.proc.pid)
+        self.sock.close()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+_SERVERS: dict[tuple[str, bool, str], _Server] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def get_server(python: str, network: bool, scratch_dir: str, start_seconds: float = 120.0) -> _Server:
+    """The process-wide fork server for this interpreter (started, or restarted after it died, on demand)."""
+    key = (python, network, scratch_dir)
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(key)
+        if server is None or not server.alive():
+            if server is not None:
+                logger.warning("the AppWorld fork server died; starting another")
+                server.close()
+            _sweep_orphans(scratch_dir)
+            server = _SERVERS[key] = _Server(python, network, scratch_dir, start_seconds)
+            logger.info("AppWorld fork server ready in %.1fs", server.ready_seconds)
+        return server
+
+
 @dataclass(frozen=True)
 class WorkerSpec:
     """Everything needed to start workers of one kind.
 
     Attributes:
         python: the AppWorld venv's interpreter.
-        world_data: the ``data`` tree a worker may see (no ground truth).
+        world_data: the ``data`` tree a worker's world is loaded from (the guard lets it read only its own task's
+            inputs there, never a ``ground_truth`` folder).
         scratch_dir: where per-worker workspaces are made.
         limits: the sandbox limits.
+        max_interactions: AppWorld's own cap on the cells a world executes.
     """
 
     python: str
@@ -61,127 +269,135 @@ class WorkerSpec:
     max_interactions: int = 1000
 
 
+_warned_unconfined = False
+
+
+def _workspace(scratch_dir: str, prefix: str) -> str:
+    os.makedirs(scratch_dir, exist_ok=True)
+    ws = tempfile.mkdtemp(prefix=prefix, dir=scratch_dir)
+    Path(ws, ".owner").write_text(str(os.getpid()))  # lets a later run sweep orphans
+    return ws
+
+
 class Worker:
-    """One sandboxed worker process; see the module docstring."""
+    """One sandboxed worker child of the fork server: one world, one episode; see the module docstring."""
 
     def __init__(self, spec: WorkerSpec):
         self.spec = spec
-        os.makedirs(spec.scratch_dir, exist_ok=True)
-        self.workspace = tempfile.mkdtemp(prefix="worker-", dir=spec.scratch_dir)
-        Path(self.workspace, ".owner").write_text(str(os.getpid()))  # lets a later run sweep orphans
+        self.workspace = _workspace(spec.scratch_dir, "worker-")
         self.started_at = time.monotonic()
         self.ready_seconds: float | None = None
-        config = {"workspace": self.workspace, "world_data": spec.world_data,
-                  "timeout_seconds": spec.limits.cell_timeout_seconds, "max_interactions": spec.max_interactions}
-        argv = sandbox_command([spec.python, "-I", str(WORKER_SCRIPT), json.dumps(config)], spec.limits)
-        self._stderr_path = os.path.join(self.workspace, ".worker-stderr.log")
-        self._stderr = open(self._stderr_path, "wb")
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     cwd=self.workspace, env=scrubbed_env(self.workspace),
-                                     preexec_fn=limit_setter(spec.limits), close_fds=True)
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self.server = get_server(spec.python, spec.limits.network, spec.scratch_dir, spec.limits.start_seconds)
+        self._ready_id = secrets.token_hex(16)
+        msg = {"role": "worker", "id": self._ready_id, "workspace": self.workspace, "world_data": spec.world_data,
+               "timeout_seconds": spec.limits.cell_timeout_seconds, "max_interactions": spec.max_interactions,
+               "limits": rlimits(spec.limits)}
+        try:
+            self.pid, req_w, resp_r = self.server.fork(msg, stdin=True)
+        except BaseException:
+            shutil.rmtree(self.workspace, ignore_errors=True)
+            raise
+        assert req_w is not None
+        self._requests = os.fdopen(req_w, "wb")
+        self._replies = _Channel(resp_r, self.pid)
         self._ready = False
         self.closed = False
-        #: agent code has run here: the worker can never host another world
+        #: how the process ended (set once it was killed and reaped)
+        self.status: str | None = None
+        #: a code cell was sent here: from then on everything this process does is the agent's doing
         self.tainted = False
+        #: why the kernel does not forbid this worker to create processes (None: it does; see worker.py)
+        self.unconfined: str | None = None
         _LIVE.add(self)
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            self._lines.put(raw.decode("utf-8", "replace"))
-        self._lines.put(None)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
     def alive(self) -> bool:
-        return not self.closed and self.proc.poll() is None
+        if self.closed:
+            return False
+        try:
+            alive, status = self.server.poll(self.pid)
+        except AgentGymError:
+            return False
+        if not alive and self.status is None:
+            self.status = status  # reaped by the poll: kill() then has nothing left to do
+        return alive
 
     def _stderr_tail(self, n: int = 1500) -> str:
+        path = os.path.join(self.workspace, ".worker-stderr.log")
         try:
-            with open(self._stderr_path, "rb") as f:
-                f.seek(max(0, os.path.getsize(self._stderr_path) - n))
+            with open(path, "rb") as f:
+                f.seek(max(0, os.path.getsize(path) - n))
                 return f.read().decode("utf-8", "replace")
         except OSError:
             return ""
 
-    def _next(self, timeout: float, what: str) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.kill()
-                raise EpisodeTimeoutError(f"AppWorld worker {self.pid} did not answer {what} within {timeout:.0f}s "
-                                          "and was killed")
-            try:
-                line = self._lines.get(timeout=left)
-            except queue.Empty:
-                continue
-            if line is None:
-                code = self.proc.wait()
-                self.closed = True
-                raise EnvCrashError(f"AppWorld worker {self.pid} died during {what} (exit code {code}); stderr "
-                                    f"tail:\n{self._stderr_tail()}")
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                return json.loads(line)
-            except json.JSONDecodeError:
-                # Something other than a reply reached the channel (agent code writing to the fd): skip it.
-                logger.warning("AppWorld worker %d wrote a non-protocol line: %r", self.pid, line[:200])
+    def _next(self, rid: str, timeout: float, what: str) -> dict:
+        try:
+            return self._replies.read(rid, timeout, what)
+        except EpisodeTimeoutError:
+            self.kill()
+            raise EpisodeTimeoutError(f"AppWorld worker {self.pid} did not answer {what} within {timeout:.0f}s "
+                                      "and was killed") from None
+        except _ChannelClosed as e:
+            self.kill()
+            raise EnvCrashError(f"AppWorld worker {self.pid} ended during {what}: {e} ({self.status}); stderr "
+                                f"tail:\n{self._stderr_tail()}") from None
 
     def wait_ready(self) -> None:
         if self._ready:
             return
-        msg = self._next(self.spec.limits.start_seconds, "start-up")
-        if not msg.get("ready"):
-            self.kill()
-            raise EnvCrashError(f"AppWorld worker {self.pid} sent {msg!r} instead of ready")
+        ready = self._next(self._ready_id, self.spec.limits.start_seconds, "start-up")
+        global _warned_unconfined
+        self.unconfined = ready.get("unconfined")
+        if self.unconfined and not _warned_unconfined:
+            logger.warning("AppWorld workers cannot forbid process creation at the kernel level here (%s); only "
+                           "their audit hook and RLIMIT_NPROC stand in the way", ready["unconfined"])
+            _warned_unconfined = True
         self._ready = True
         self.ready_seconds = time.monotonic() - self.started_at
 
     def request(self, op: str, timeout: float | None = None, **fields) -> dict:
         """Send one request; return the reply (``ok`` True) or raise a typed error."""
         if self.closed:
-            raise EnvCrashError(f"AppWorld worker {self.pid} is closed")
+            raise EnvCrashError(f"AppWorld worker {self.pid} is closed ({self.status})")
         self.wait_ready()
-        assert self.proc.stdin is not None
+        rid = secrets.token_hex(16)
         try:
-            self.proc.stdin.write((json.dumps({"op": op, **fields}) + "\n").encode("utf-8"))
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as e:
+            self._requests.write((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode("utf-8"))
+            self._requests.flush()
+        except OSError as e:
             self.kill()
-            raise EnvCrashError(f"AppWorld worker {self.pid} is gone ({e}); stderr tail:\n{self._stderr_tail()}")
+            raise EnvCrashError(f"AppWorld worker {self.pid} is gone ({e}; {self.status}); stderr tail:\n"
+                                f"{self._stderr_tail()}") from None
         if op == "execute":
-            self.tainted = True  # until the worker says otherwise (a cell that does not parse never runs)
-        reply = self._next(self.spec.limits.wall_seconds_per_request if timeout is None else timeout, op)
-        if op == "execute" and reply.get("ok"):
-            self.tainted = bool(reply.get("tainted", True))
+            self.tainted = True
+        reply = self._next(rid, self.spec.limits.wall_seconds_per_request if timeout is None else timeout, op)
         if not reply.get("ok"):
             raise EnvCrashError(f"AppWorld worker {self.pid} failed {op}: {reply.get('error')}")
         return reply
 
+    def output_dbs(self, task_id: str) -> str:
+        """Where AppWorld saves this worker's world state after every cell (built here, never asked of the worker)."""
+        return os.path.join(self.workspace, "experiments", "outputs", EXPERIMENT, "tasks", task_id, "dbs")
+
     def kill(self) -> None:
-        """Kill the worker's whole process group (it may have forked despite the guard)."""
-        self.closed = True
-        if self.proc.poll() is None:
+        """Kill the worker's whole process group and reap it (idempotent); its workspace stays for evaluation."""
+        if self.status is None:
             try:
-                os.killpg(self.proc.pid, 9)
-            except (ProcessLookupError, PermissionError):
+                self.status = self.server.kill(self.pid)
+            except AgentGymError:
+                # The server is gone and with it the reaping: the child is init's now; kill its group directly.
                 try:
-                    self.proc.kill()
-                except ProcessLookupError:
+                    os.killpg(self.pid, 9)
+                except (ProcessLookupError, PermissionError):
                     pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            logger.error("AppWorld worker %d did not exit after SIGKILL", self.proc.pid)
-        self._stderr.close()
+                self.status = "killed (fork server gone)"
+        if not self.closed:
+            self.closed = True
+            try:
+                self._requests.close()
+            except OSError:
+                pass
+            self._replies.close()
 
     def dispose(self) -> None:
         """Kill it and delete its workspace."""
@@ -190,52 +406,40 @@ class Worker:
 
 
 class WorkerPool:
-    """Keeps ``spares`` started workers ready; every episode takes a fresh one (one world per process)."""
+    """Keeps ``spares`` forked workers ready; every episode takes a fresh one (one world per process)."""
 
     def __init__(self, spec: WorkerSpec, spares: int = 1):
         self.spec = spec
-        _sweep_orphans(spec.scratch_dir)
         self.spares = max(0, int(spares))
         self._idle: list[Worker] = []
         self._lock = threading.Lock()
         self.replaced = 0
 
-    def _fill(self) -> None:
-        while len(self._idle) < self.spares:
-            self._idle.append(Worker(self.spec))
-
     def acquire(self) -> Worker:
         """A live worker, ready for ``reset``; dead spares are discarded and replaced."""
         with self._lock:
+            worker = None
             while self._idle:
                 w = self._idle.pop(0)
                 if w.alive():
+                    worker = w
                     break
                 logger.warning("AppWorld worker %d died while idle; replacing it", w.pid)
                 self.replaced += 1
                 w.dispose()
-            else:
-                w = Worker(self.spec)
-            self._fill()
+            if worker is None:
+                worker = Worker(self.spec)
+            while len(self._idle) < self.spares:
+                self._idle.append(Worker(self.spec))
         try:
-            w.wait_ready()
+            worker.wait_ready()
         except AgentGymError:
-            w.dispose()
+            worker.dispose()
             self.replaced += 1
             logger.warning("AppWorld worker failed to start; starting another")
-            w = Worker(self.spec)
-            w.wait_ready()
-        return w
-
-    def release(self, worker: Worker) -> None:
-        """Take back a worker whose episode ended: kept for the next reset if no agent code ever ran in it,
-        otherwise disposed of."""
-        if worker.alive() and not worker.tainted and worker.spec == self.spec:
-            with self._lock:
-                if len(self._idle) < self.spares + 4:
-                    self._idle.insert(0, worker)
-                    return
-        worker.dispose()
+            worker = Worker(self.spec)
+            worker.wait_ready()
+        return worker
 
     def close(self) -> None:
         with self._lock:
@@ -249,7 +453,7 @@ def _sweep_orphans(scratch_dir: str) -> None:
     root = Path(scratch_dir)
     if not root.is_dir():
         return
-    for ws in root.glob("worker-*"):
+    for ws in root.glob("*-*"):
         try:
             owner = int((ws / ".owner").read_text())
         except (OSError, ValueError):
@@ -275,87 +479,50 @@ def get_pool(spec: WorkerSpec, spares: int = 1) -> WorkerPool:
     return pool
 
 
+def close_servers() -> None:
+    """Stop every fork server of this process (the next worker or evaluation starts a fresh one)."""
+    with _SERVERS_LOCK:
+        for server in _SERVERS.values():
+            server.close()
+        _SERVERS.clear()
+
+
 @atexit.register
-def _close_pools() -> None:
+def _close_all() -> None:
     for pool in _POOLS.values():
         pool.close()
     for worker in list(_LIVE):
         worker.dispose()
-
-
-class _Evaluator:
-    """One evaluator process, started ahead of need; it answers exactly one job."""
-
-    def __init__(self, python: str):
-        limits = SandboxLimits()
-        self.scratch_env = tempfile.mkdtemp(prefix="evalproc-")
-        self.proc = subprocess.Popen([python, "-I", str(EVALUATOR_SCRIPT)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.scratch_env,
-                                     env=scrubbed_env(self.scratch_env), preexec_fn=limit_setter(limits))
-        self.python = python
-        _LIVE_EVALUATORS.add(self)
-
-    def run(self, job: dict, timeout: float) -> tuple[list[str], str, int | None]:
-        try:
-            out, err = self.proc.communicate((json.dumps(job) + "\n").encode("utf-8"), timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise
-        finally:
-            shutil.rmtree(self.scratch_env, ignore_errors=True)
-        lines = [ln for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
-        return lines, err.decode("utf-8", "replace"), self.proc.returncode
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, 9)
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            logger.error("AppWorld evaluator %d did not exit after SIGKILL", self.proc.pid)
-        shutil.rmtree(self.scratch_env, ignore_errors=True)
-
-
-_SPARE_EVALUATORS: dict[str, _Evaluator] = {}
-_LIVE_EVALUATORS: "weakref.WeakSet[_Evaluator]" = weakref.WeakSet()
-
-
-@atexit.register
-def _close_evaluators() -> None:
-    for ev in list(_LIVE_EVALUATORS):
-        ev.kill()
+    close_servers()
 
 
 def run_evaluator(python: str, full_data: str, manifest: str | None, task_id: str, output_dbs: str,
                   scratch_dir: str, timeout: float = 180.0) -> dict:
-    """Evaluate in a process of its own (started ahead of need); returns its result or raises
-    :class:`EvaluationError`. A spare evaluator for the next call is started before this one returns."""
-    os.makedirs(scratch_dir, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix="eval-", dir=scratch_dir)
+    """Evaluate in a process of its own (a child of the fork server that never ran agent code); returns its result
+    or raises :class:`EvaluationError`."""
+    server = get_server(python, True, scratch_dir)
+    scratch = _workspace(scratch_dir, "eval-")
+    rid = secrets.token_hex(16)
     job = {"full_data": full_data, "manifest": manifest, "task_id": task_id, "output_dbs": output_dbs,
            "scratch": scratch}
-    ev = _SPARE_EVALUATORS.pop(python, None)
-    if ev is None or ev.proc.poll() is not None:
-        ev = _Evaluator(python)
-    _SPARE_EVALUATORS[python] = _Evaluator(python)
     try:
-        lines, err, code = ev.run(job, timeout)
-    except subprocess.TimeoutExpired as e:
-        raise EvaluationError(f"AppWorld evaluation of {task_id} took over {timeout:.0f}s") from e
+        pid, _, resp_r = server.fork({"role": "evaluate", "id": rid, "workspace": scratch, "job": job,
+                                      "limits": rlimits(SandboxLimits())}, stdin=False)
+        channel = _Channel(resp_r, pid)
+        try:
+            result = channel.read(rid, timeout, f"the evaluation of {task_id}")
+        except EpisodeTimeoutError as e:
+            raise EvaluationError(f"AppWorld evaluation of {task_id} took over {timeout:.0f}s") from e
+        except _ChannelClosed:
+            log = Path(scratch, ".worker-stderr.log")
+            tail = log.read_text(errors="replace")[-1500:] if log.is_file() else ""
+            raise EvaluationError(f"AppWorld evaluation of {task_id} gave no result ({server.kill(pid)}):\n{tail}") \
+                from None
+        finally:
+            channel.close()
+            server.kill(pid)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    results = []
-    for ln in lines:
-        try:
-            results.append(json.loads(ln))
-        except json.JSONDecodeError:
-            continue
-    result = next((r for r in results if "ready" not in r), None)
-    if result is None:
-        raise EvaluationError(f"AppWorld evaluation of {task_id} gave no result (exit {code}): {err[-1500:]}")
     if not result.get("ok"):
         raise EvaluationError(f"AppWorld evaluation of {task_id} failed: {result.get('error')}")
     return result

@@ -4,8 +4,13 @@
   loopback) when this machine allows it -- checked once per process by running ``unshare --net true``. When it does
   not, a WARNING says so in the logs and the worker relies on its audit hook alone (which refuses every socket
   connect/bind/sendto).
-* **Limits** (``resource.setrlimit`` in the child before exec): address space (memory), CPU seconds, file size,
-  open files, and no core dumps. Wall-clock limits are enforced by the pool, which kills the whole process group.
+* **Limits** (``resource.setrlimit``, :func:`rlimits`): address space (memory), CPU seconds, file size, open
+  files, processes (``RLIMIT_NPROC``: the user's current count plus :attr:`SandboxLimits.processes`, so a fork bomb
+  that got past the audit hook stops there -- the kernel does not apply it to root) and no core dumps. A worker
+  lowers them itself right after the fork server forks it (:mod:`.pool`). Wall-clock limits are enforced by the
+  pool, which kills the whole process group.
+* **No new processes**: each worker installs a seccomp filter right after it is forked (``worker.py``), so the
+  kernel refuses fork/exec/spawn whatever code asks; a WARNING says so where the kernel does not allow it.
 * **Workspace**: a fresh directory per worker, its cwd and HOME; the audit hook refuses writes outside it and reads
   outside it, the world data and the Python installation.
 * **Scrubbed environment**: only ``PATH``, ``HOME``, ``LANG``, ``TZ`` and ``PYTHONHASHSEED`` pass; the worker runs
@@ -21,7 +26,8 @@ import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["SandboxLimits", "network_isolation_available", "sandbox_command", "scrubbed_env", "limit_setter"]
+__all__ = ["SandboxLimits", "network_isolation_available", "sandbox_command", "scrubbed_env", "limit_setter",
+           "rlimits"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +45,7 @@ class SandboxLimits:
         open_files: RLIMIT_NOFILE.
         cell_timeout_seconds: AppWorld's own per-cell timeout (an "Execution failed" observation, not a kill).
         network: request network isolation (a namespace when available).
+        processes: RLIMIT_NPROC headroom: processes and threads the worker may add to those its user already runs.
     """
 
     memory_bytes: int = 3 * 1024**3
@@ -49,6 +56,7 @@ class SandboxLimits:
     open_files: int = 256
     cell_timeout_seconds: int = 10
     network: bool = True
+    processes: int = 64
 
 
 def network_isolation_available() -> bool:
@@ -98,22 +106,39 @@ def scrubbed_env(workspace: str) -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", "HOME": workspace, "LANG": "C.UTF-8", "TZ": "UTC", "PYTHONHASHSEED": "0"}
 
 
-def limit_setter(limits: SandboxLimits):
-    """A ``preexec_fn`` that applies the rlimits in the child (after fork, before exec)."""
+def _user_tasks() -> int:
+    """Processes and threads of this user now (RLIMIT_NPROC counts both, per user)."""
+    uid, n = os.getuid(), 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    n += len(os.listdir(f"/proc/{entry.name}/task"))
+            except OSError:
+                continue  # the process ended meanwhile
+    return n
+
+
+def rlimits(limits: SandboxLimits) -> dict[str, int]:
+    """The rlimits of a worker, by ``resource`` name (computed now, in the parent)."""
+    return {"RLIMIT_AS": limits.memory_bytes, "RLIMIT_CPU": limits.cpu_seconds, "RLIMIT_FSIZE": limits.file_bytes,
+            "RLIMIT_NOFILE": limits.open_files, "RLIMIT_CORE": 0,
+            "RLIMIT_NPROC": _user_tasks() + limits.processes}
+
+
+def limit_setter(limits: SandboxLimits | None):
+    """A ``preexec_fn`` (child, after fork, before exec): its own session (the pool kills the whole group), no core
+    dumps, and with ``limits`` every rlimit of :func:`rlimits`."""
+    values = rlimits(limits) if limits is not None else {"RLIMIT_CORE": 0}
 
     def apply() -> None:
         import resource
 
-        def setlim(which: int, value: int) -> None:
+        for name, value in values.items():
+            which = getattr(resource, name)
             soft, hard = resource.getrlimit(which)
             cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
             resource.setrlimit(which, (cap, cap))
-
-        setlim(resource.RLIMIT_AS, limits.memory_bytes)
-        setlim(resource.RLIMIT_CPU, limits.cpu_seconds)
-        setlim(resource.RLIMIT_FSIZE, limits.file_bytes)
-        setlim(resource.RLIMIT_NOFILE, limits.open_files)
-        setlim(resource.RLIMIT_CORE, 0)
-        os.setsid()  # own process group: the pool kills the whole group
+        os.setsid()
 
     return apply

@@ -3,13 +3,16 @@
 AppWorld pins pydantic 1 and fastapi < 0.111, which break the trainers' pydantic 2 code, so it never shares a venv
 with agentgym: agentgym itself never imports ``appworld``. ``setup(root)``
 
-1. creates ``ROOT/venv`` (``python -m venv``) and ``pip install appworld==0.1.3.post1`` into it (about 40 s and
-   230 MB from a package index);
-2. runs ``appworld install`` there, which decrypts the bundled app sources offline (about 3 s; it unpacks into the
-   venv's site-packages and ``~/.appworld``);
-3. records ``ROOT/install.json`` (interpreter, appworld version).
+1. creates ``ROOT/venv`` (``python -m venv``) and ``pip install appworld==0.1.3.post1`` into it (230 MB from a
+   package index; 29 s in our CI);
+2. runs ``appworld install`` there, which decrypts the bundled app sources offline (3 s; it unpacks into the
+   venv's site-packages and ``~/.appworld``) -- 32 s for the whole setup in our CI;
+3. records ``ROOT/install.json`` (interpreter, appworld version) and, when ``ROOT`` is not the default home
+   ``~/.cache/agentgym/appworld``, a pointer to ``ROOT`` there (``location.json``).
 
-:func:`find_install` locates it afterwards: ``$AGENTGYM_APPWORLD_HOME``, else ``~/.cache/agentgym/appworld``.
+:func:`find_install` locates it afterwards: the ``root`` it is given, else ``$AGENTGYM_APPWORLD_HOME``, else the
+default home -- its own install, or the one its pointer names. So ``agentgym appworld setup --root DIR`` followed by
+a plain ``agentgym eval AppWorld-v0`` finds ``DIR``.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ from pathlib import Path
 
 from ...errors import MissingDependencyError
 
-__all__ = ["APPWORLD_VERSION", "AppWorldInstall", "default_root", "find_install", "setup", "main"]
+__all__ = ["APPWORLD_VERSION", "AppWorldInstall", "default_root", "find_install", "record_install", "setup", "main"]
 
 logger = logging.getLogger(__name__)
 
 APPWORLD_VERSION = "0.1.3.post1"
 _MARKER = "install.json"
+_POINTER = "location.json"
 
 
 @dataclass(frozen=True)
@@ -51,16 +55,34 @@ class AppWorldInstall:
         return self.root / "scratch"
 
 
-def default_root() -> Path:
-    env = os.environ.get("AGENTGYM_APPWORLD_HOME")
-    if env:
-        return Path(env).expanduser()
+def _home() -> Path:
     return Path.home() / ".cache" / "agentgym" / "appworld"
 
 
+def default_root() -> Path:
+    """Where setup installs without ``--root``: ``$AGENTGYM_APPWORLD_HOME``, else ``~/.cache/agentgym/appworld``."""
+    env = os.environ.get("AGENTGYM_APPWORLD_HOME")
+    if env:
+        return Path(env).expanduser()
+    return _home()
+
+
 def find_install(root: str | os.PathLike | None = None) -> AppWorldInstall | None:
-    """The install recorded under ``root`` (default :func:`default_root`), or None when there is none."""
-    base = Path(root).expanduser() if root is not None else default_root()
+    """The install recorded under ``root``; without one, under :func:`default_root` or, when that is the default
+    home, where its pointer says (``setup --root DIR`` leaves one). None when there is none."""
+    if root is None and not os.environ.get("AGENTGYM_APPWORLD_HOME"):
+        found = _read_install(_home())
+        if found is None:
+            try:
+                pointed = json.loads((_home() / _POINTER).read_text())["root"]
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
+            found = _read_install(Path(pointed))
+        return found
+    return _read_install(Path(root).expanduser() if root is not None else default_root())
+
+
+def _read_install(base: Path) -> AppWorldInstall | None:
     marker = base / _MARKER
     if not marker.is_file():
         return None
@@ -108,12 +130,24 @@ def setup(root: str | os.PathLike | None = None, *, python: str | None = None,
     t_pip = time.monotonic() - t0
     # `appworld install` decrypts the app sources bundled in the wheel (offline). It is idempotent.
     _run([str(venv / "bin" / "appworld"), "install"], cwd=str(base), stdout=subprocess.DEVNULL)
-    (base / _MARKER).write_text(json.dumps({"python": str(vpy), "appworld_version": APPWORLD_VERSION,
+    inst = record_install(base, vpy)
+    logger.info("AppWorld venv ready at %s (pip %.0fs, total %.0fs)", venv, t_pip, time.monotonic() - t0)
+    return inst
+
+
+def record_install(root: str | os.PathLike, python: str | os.PathLike) -> AppWorldInstall:
+    """Record a set-up venv: ``root/install.json``, and a pointer to ``root`` in the default home when ``root`` is
+    elsewhere, so that :func:`find_install` finds it without being told."""
+    base = Path(root).expanduser().resolve()
+    (base / _MARKER).write_text(json.dumps({"python": str(python), "appworld_version": APPWORLD_VERSION,
                                             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                                            indent=1))
-    logger.info("AppWorld venv ready at %s (pip %.0fs, total %.0fs)", venv, t_pip, time.monotonic() - t0)
-    inst = find_install(base)
-    assert inst is not None
+    if base != _home().resolve():
+        _home().mkdir(parents=True, exist_ok=True)
+        (_home() / _POINTER).write_text(json.dumps({"root": str(base)}) + "\n")
+    inst = _read_install(base)
+    if inst is None:
+        raise MissingDependencyError("appworld", "appworld", f"AppWorld-v0 ({python} is not a file)")
     return inst
 
 

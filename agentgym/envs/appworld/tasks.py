@@ -12,7 +12,8 @@ Templates use ``$name`` placeholders filled from ``public_data`` (and ``wrong_<n
 
 **Build**: :func:`ensure_build` turns the definitions into AppWorld's on-disk layout by running ``builder.py`` in
 the AppWorld venv, once per content hash (definitions + builder + appworld version), under
-``<install root>/builds/<hash>/`` -- deterministic, cached, never committed.
+``<install root>/builds/<hash>/`` -- deterministic, cached, never committed. A cached build is used only after it
+matches its manifest (:func:`verify_build`, a few milliseconds); a damaged one is built again.
 
 **Official splits**: with ``APPWORLD_ROOT`` pointing at a downloaded AppWorld bundle (``data/datasets/*.txt``), the
 splits ``dev``, ``test_normal``, ``test_challenge`` and ``official-train`` list its task ids.
@@ -35,8 +36,8 @@ from string import Template
 from ...errors import DataNotFoundError, EnvCrashError, TaskError
 from .setup import APPWORLD_VERSION, AppWorldInstall
 
-__all__ = ["AppWorldTask", "Build", "TASK_DIR", "load_tasks", "split_task_ids", "ensure_build", "official_root",
-           "official_task_ids", "scenario_of", "CELL_SEPARATOR"]
+__all__ = ["AppWorldTask", "Build", "TASK_DIR", "load_tasks", "split_task_ids", "ensure_build", "verify_build",
+           "official_root", "official_task_ids", "scenario_of", "CELL_SEPARATOR"]
 
 logger = logging.getLogger(__name__)
 
@@ -164,22 +165,47 @@ def _build_spec(tasks: tuple[AppWorldTask, ...]) -> dict:
     return {"tasks": [t.spec for t in tasks], "splits": splits}
 
 
+def verify_build(build: Build) -> str | None:
+    """What is wrong with a build (a file missing, added or changed since it was built), or None when it is intact."""
+    try:
+        manifest = json.loads(build.manifest.read_text())
+    except (OSError, ValueError) as e:
+        return f"its manifest is unreadable ({e})"
+    found = {str(p.relative_to(build.root)) for tree in ("full", "world") for p in (build.root / tree).rglob("*")
+             if not p.is_dir()}
+    if found != set(manifest):
+        odd = sorted(found ^ set(manifest))
+        return f"{len(odd)} file(s) missing or added, e.g. {odd[0]}"
+    for rel, digest in manifest.items():
+        h = hashlib.sha256()
+        with open(build.root / rel, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        if h.hexdigest() != digest:
+            return f"{rel} was modified"
+    return None
+
+
 def ensure_build(install: AppWorldInstall, task_dir: str | os.PathLike | None = None,
                  timeout: float = 600.0) -> Build:
-    """Build our task set into the official layout (once per content hash); return where it is."""
+    """Build our task set into the official layout (once per content hash, and again when the cached build no
+    longer matches its manifest); return where it is."""
     tasks = load_tasks(task_dir)
     spec = _build_spec(tasks)
     blob = json.dumps(spec, sort_keys=True).encode() + BUILDER_SCRIPT.read_bytes() + APPWORLD_VERSION.encode()
     digest = hashlib.sha256(blob).hexdigest()[:16]
     out = install.builds_dir / digest
     build = Build(out)
-    if build.manifest.is_file():
+    if build.manifest.is_file() and verify_build(build) is None:
         return build
     install.builds_dir.mkdir(parents=True, exist_ok=True)
     with open(install.builds_dir / f".{digest}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per hash across processes (pytest-xdist, eval grids)
         if build.manifest.is_file():
-            return build
+            problem = verify_build(build)
+            if problem is None:
+                return build
+            logger.warning("the AppWorld build %s is damaged (%s); building it again", out, problem)
         spec_path = install.builds_dir / f".{digest}.spec.json"
         spec_path.write_text(json.dumps(spec))
         t0 = time.monotonic()
