@@ -1,18 +1,26 @@
 """Benchmark of the `estimators` package against straightforward per-row plain-Python references (issue 3).
 
-    python benchmarks/estimators.py [--sizes 1000 10000 100000] [--quick] [--markdown]
+    python benchmarks/estimators.py [--sizes 1000 10000 100000] [--quick] [--markdown] [--readme]
 
 For each size (turn rows; groups of 8 rollouts of 10-30 turns, 40 anchor observations per group, 5 action keys,
-10% invalid actions) it prints, per estimator, the numpy estimator's best-of-N wall time (with its median and its
-process CPU time, which shows the cost without the waiting on a shared machine), the time of a per-row reference
+10% invalid actions) it prints, per estimator, the numpy estimator's best wall time over at least 9 repeats (5 at
+100k rows) and at least 0.25 s of repeats (at most 200), with the median and the best process CPU time (which shows
+the cost without the waiting on a shared machine), the time of a per-row reference
 written in plain Python the way the reference code does it (a loop over rows that scans the row's group for
-matching rows), the ratio, and the largest difference between the two outputs (they must agree). At 100k rows the
-reference runs on a sample of the groups and its time is scaled linearly to the full batch (every group has the
-same size distribution, so the per-group cost does not depend on the batch size); those rows are marked "~".
+matching rows), the ratio, and the largest difference between the two outputs (they must agree). Every reference
+runs on the whole batch, 100k rows included (``--sample-100k`` times it on 10% of the groups and scales instead).
+
+BiGPO / BiPACE appear twice in that table: with the ``embedding`` embedder (real greedy cosine clustering of
+256-dimensional float32 fingerprints drawn around each group's 40 latent states; its reference clusters with the
+literal Algorithm 1, one float64 matrix-vector product per record, then scans the group row by row), and with the
+``identity`` embedder (exact-hash clusters, labelled as such). SGCD runs at 1k and 10k responses (step rows of 8-24
+tokens, K = 100 teacher top-k log-probs) against a per-token Python reference; at 100k responses its top-k arrays
+alone would take about 1.3 GB, so that size is not run.
 
 Then BiPACE (greedy cosine clustering + PACE q + episode term) with 3,584-dimensional float32 fingerprints at the
-paper's setting (16 groups x 8 rollouts x 20 turns) and at 10k rows, against the literal Algorithm 1 (one float64
-matrix-vector product per record, per group), and SGCD on a token table against a per-token Python reference.
+paper's setting (16 groups x 8 rollouts x 20 turns) and at 10k rows, timed without and with the batch construction
+(``TrajectoryBatch(...)``: coercion, validation and the L2 normalization of the fingerprints), against the literal
+Algorithm 1 (one float64 matrix-vector product per record, per group) for the clustering alone.
 """
 
 from __future__ import annotations
@@ -36,7 +44,10 @@ D_DELTA = 1e-6
 
 
 # ------------------------------------------------------------------------------------------------ data
-def synth(n_rows: int, seed: int = 0, G: int = 8, tmin: int = 10, tmax: int = 30, n_states: int = 40):
+def synth(n_rows: int, seed: int = 0, G: int = 8, tmin: int = 10, tmax: int = 30, n_states: int = 40,
+          emb_dim: int | None = None, noise: float = 0.25):
+    """Turn columns; with ``emb_dim``, float32 fingerprints: a unit-variance centre per (group, latent state), the
+    same latent state as ``obs_hash``, plus isotropic noise (cosine about .94 within a state, about 0 across)."""
     rng = np.random.default_rng(seed)
     lens = []
     n = 0
@@ -53,13 +64,20 @@ def synth(n_rows: int, seed: int = 0, G: int = 8, tmin: int = 10, tmax: int = 30
     done = np.concatenate([np.arange(T) == T - 1 for _, T in lens])
     N = gid.size
     succ = rng.integers(0, 2, size=len(lens)).astype(np.float64)
-    return dict(
+    state = rng.integers(0, n_states, size=N)
+    cols = dict(
         group_id=gid, task_id=gid, traj_id=trj, turn_idx=turn, done=done,
         reward=np.where(done, succ[trj], 0.0), success=succ[trj],
-        obs_hash=gid * 1000 + rng.integers(0, n_states, size=N), valid_action=rng.random(N) > 0.1,
+        obs_hash=gid * 1000 + state, valid_action=rng.random(N) > 0.1,
         action_key=rng.integers(0, 5, size=N), process_ok=rng.integers(-1, 2, size=N),
         info_gain=np.where(done, np.nan, np.round(rng.normal(size=N), 3)),
     )
+    if emb_dim:
+        centers = rng.standard_normal(size=(g, n_states, emb_dim), dtype=np.float32)
+        emb = centers[gid, state]
+        emb += noise * rng.standard_normal(size=emb.shape, dtype=np.float32)
+        cols["embedding"] = emb
+    return cols
 
 
 def sub_batch(cols: dict, groups: np.ndarray) -> dict:
@@ -267,6 +285,102 @@ def ref_igpo(c, gamma=1.0):
     return out
 
 
+def ref_cosine(c, eps, pace, gamma=0.95, kappa=0.1):
+    """BiGPO (``pace="gigpo"``) / BiPACE (``pace="q"``) with real cosine clusters: per group, the literal
+    Algorithm 1 over the records in canonical order (one float64 matrix-vector product per record), then for each
+    row a scan of its group for the rows of its cluster (and of its action key)."""
+    r = Ref(c)
+    emb = c["embedding"]
+    key = r.col("action_key")
+    ret = r.rtg(gamma, kappa)
+    label = [None] * r.n
+    for g, rows in r.group_rows.items():
+        trajs = dict.fromkeys(r.tid[j] for j in rows)  # first appearance
+        order = [j for t in trajs for j in r.traj_rows[t]]
+        for j, lab in zip(order, _greedy_direct(emb[order].astype(np.float64), eps + 1e-6).tolist()):
+            label[j] = lab
+    out = []
+    for i in range(r.n):
+        ep = _norm(r.R[r.tid[i]], _traj_values_in_group(r, i, r.R), "mean_std_norm")
+        C = [j for j in r.group_rows[r.gid[i]] if label[j] == label[i]]
+        allv = [ret[j] for j in C]
+        if pace == "gigpo":
+            out.append(ep + _norm(ret[i], allv, "mean_std_norm"))
+            continue
+        if len(C) < 2:
+            out.append(ep)
+            continue
+        same = [ret[j] for j in C if key[j] == key[i]]
+        if len(same) >= 2:
+            a = sum(same) / len(same) - sum(allv) / len(allv)
+        else:
+            a = ret[i] - (sum(allv) - ret[i]) / (len(allv) - 1)
+        out.append(ep + a)
+    return out
+
+
+def sgcd_batch(n_rows: int, K: int = 100, G: int = 8, lmin: int = 8, lmax: int = 24, seed: int = 0) -> dict:
+    """Step rows: ``n_rows`` single-turn responses of ``lmin``-``lmax`` tokens in groups of ``G``, binary rewards,
+    teacher top-K log-probs (+ 50 units of mass outside the K atoms) and a student perturbed around them."""
+    rng = np.random.default_rng(seed)
+    B, L = n_rows, lmax
+    n_tok = rng.integers(lmin, lmax + 1, size=B)
+    mask = np.arange(L)[None, :] < n_tok[:, None]
+    tti = np.where(mask, 0, -1)
+    logits = rng.standard_normal(size=(B, L, K + 1), dtype=np.float32) * 2
+    lt = logits[..., :K] - np.log(np.exp(logits).sum(-1, keepdims=True) + 50)
+    ls = lt + rng.normal(scale=0.3, size=lt.shape).astype(np.float32)
+    ls -= np.log(np.exp(ls).sum(-1, keepdims=True) + 0.05)
+    return dict(group_id=np.arange(B) // G, traj_id=np.arange(B), turn_idx=np.zeros(B), done=np.ones(B, bool),
+                reward=rng.integers(0, 2, size=B).astype(float), row_traj_id=np.arange(B), response_mask=mask,
+                token_turn_idx=tti, teacher_topk_logprob=lt, student_logprob_on_teacher_topk=ls,
+                teacher_logprob_obs=lt[..., 0].copy(), student_logprob_obs=ls[..., 0].copy(),
+                obs_in_topk=np.ones((B, L), bool))
+
+
+def ref_sgcd_weights(batch) -> list:
+    """SGCD's W per response, token by token in plain Python: support KL over the top-K + tail atoms, teacher
+    entropy, min-max normalization per response, the onset / entropy segmenter, W = clip(1 + s, 1, 2)."""
+    tk = batch.teacher_topk_logprob.tolist()
+    sk = batch.student_logprob_on_teacher_topk.tolist()
+    m = batch.response_mask.tolist()
+    W = []
+    for b in range(len(m)):
+        d, H = [], []
+        for t in range(len(m[b])):
+            if not m[b][t]:
+                continue
+            pt = [math.exp(v) for v in tk[b][t]]
+            ps = [math.exp(v) for v in sk[b][t]]
+            tail_t = max(1 - sum(pt), 1e-12)
+            tail_s = max(1 - sum(ps), 1e-12)
+            d.append(sum(p * (math.log(p) - math.log(q)) for p, q in zip(ps + [tail_s], pt + [tail_t])))
+            H.append(-sum(p * math.log(p) for p in pt + [tail_t]))
+        lo, hi = min(d), max(d)
+        dn = [(x - lo) / (hi - lo + 1e-8) for x in d]
+        s = []
+        in_seg, ov, ho = False, 0.0, 0.0
+        for x, h in zip(dn, H):
+            if in_seg and h > 1.5 * ho:
+                in_seg = False
+            if not in_seg and x > 0.1:
+                in_seg, ov, ho = True, x, h
+            s.append(ov if in_seg else x)
+        W.append([min(max(1 + v, 1.0), 2.0) for v in s])
+    return W
+
+
+def ref_sgcd(batch) -> list:
+    """Token advantages per response: the GRPO advantage of mixed groups (0 elsewhere) times W."""
+    c = {k: np.asarray(v) for k, v in batch.to_dict().items() if np.asarray(v).ndim == 1}
+    r = Ref(c)
+    adv = []
+    for i in range(r.n):
+        vals = _traj_values_in_group(r, i, r.R)
+        adv.append(_norm(r.R[r.tid[i]], vals, "mean_std_norm") if max(vals) > min(vals) else 0.0)
+    return [[adv[b] * w for w in ws] for b, ws in enumerate(ref_sgcd_weights(batch))]
+
+
 # ------------------------------------------------------------------------------------------------ timing
 class Timing(float):
     """Best wall time of the repeats (a float, used for the ratios), with the median wall time and the best
@@ -274,12 +388,15 @@ class Timing(float):
 
     median: float
     cpu: float
+    repeats: int
 
 
-def median_time(fn, repeat):
+def median_time(fn, repeat, min_total=0.0):
+    """Run ``fn`` ``repeat`` times, and more (up to 200) until ``min_total`` seconds have passed: a call of about
+    a millisecond needs more than a handful of repeats for its best time to mean anything on a shared machine."""
     walls, cpus = [], []
     out = None
-    for _ in range(repeat):
+    while len(walls) < repeat or (sum(walls) < min_total and len(walls) < 200):
         c = time.process_time()
         t = time.perf_counter()
         out = fn()
@@ -288,14 +405,44 @@ def median_time(fn, repeat):
     best = Timing(min(walls))
     best.median = statistics.median(walls)
     best.cpu = min(cpus)
+    best.repeats = len(walls)
     return best, out
 
 
 def fmt_ms(s):
+    if s < 1e-3:
+        return f"{s * 1e3:.2f} ms"
     return f"{s * 1e3:,.1f} ms" if s < 10 else f"{s:,.1f} s"
 
 
-def turn_table(sizes, quick, rows_out):
+EMB_DIM = 256  # fingerprint width in the size table (the paper's 3,584 is in the BiPACE section)
+
+
+def _ratio(t_ref, t_np):
+    r = t_ref / t_np
+    return f"{r:,.0f}x" if r >= 10 else f"{r:.1f}x"
+
+
+def _row(rows_out, name, n, t_np, t_ref, err, note="", section="size"):
+    rows_out.append((name, n, t_np, t_ref, err, note, section))
+    ref = f"{'~' if note == '~' else ' '}{fmt_ms(t_ref):>10s}" if t_ref else f"{'':>11s}"
+    ratio = f"{_ratio(t_ref, t_np):>10s}" if t_ref else f"{'':>10s}"
+    cpu = getattr(t_np, "cpu", float("nan"))
+    print(f"{name:44s} N={n:>7,} numpy best {fmt_ms(t_np):>9s} (median {fmt_ms(getattr(t_np, 'median', t_np))}, "
+          f"cpu {fmt_ms(cpu) if cpu == cpu else '-'})  reference {ref}  ratio {ratio}  "
+          f"max|diff| {'' if err is None else f'{err:.1e}'}", flush=True)
+
+
+def _build(cols):
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    batch = E.TrajectoryBatch(**cols)
+    t = Timing(time.perf_counter() - t0)
+    t.median, t.cpu = float(t), time.process_time() - c0
+    return batch, t
+
+
+def turn_table(sizes, quick, sample_100k, rows_out):
     cases = [
         ("grpo", {}, lambda c: ref_outcome(c, "mean_std_norm")),
         ("dr_grpo", {}, lambda c: ref_outcome(c, "mean_norm")),
@@ -303,6 +450,8 @@ def turn_table(sizes, quick, rows_out):
         ("dapo", {}, ref_dapo),
         ("gigpo", {}, ref_gigpo),
         ("hgpo", {}, ref_hgpo),
+        ("bigpo", {"eps": 0.10}, lambda c: ref_cosine(c, 0.10, "gigpo")),
+        ("bipace", {"eps": 0.10}, lambda c: ref_cosine(c, 0.10, "q")),
         ("bipace", {"embedder": "identity"}, ref_bipace_identity),
         ("igpo", {}, ref_igpo),
         ("a2tgpo", {}, ref_a2tgpo),
@@ -310,42 +459,57 @@ def turn_table(sizes, quick, rows_out):
         ("pvpo", None, None),
     ]
     for n_rows in sizes:
-        cols = synth(n_rows)
-        t0 = time.perf_counter()
-        batch = E.TrajectoryBatch(**cols)
-        t_build = time.perf_counter() - t0
-        c = {k: v for k, v in batch.to_dict().items()}
-        n_groups = batch.n_groups
-        sample = n_rows > 20_000
-        if sample:
-            groups = np.unique(c["group_id"])[: max(1, n_groups // 10)]
-            c_ref = sub_batch(c, groups)
-            scale = batch.n_turns / len(c_ref["reward"])
-        else:
-            c_ref, scale = c, 1.0
-        tb = Timing(t_build)
-        tb.median, tb.cpu = t_build, float("nan")
-        rows_out.append(("batch construction + validation (once per batch)", batch.n_turns, tb, None, None, ""))
-        v_table = {int(t): 0.5 for t in np.unique(c["task_id"])}
+        cols = synth(n_rows, emb_dim=EMB_DIM)
+        emb = cols.pop("embedding")
+        batch, t_build = _build(cols)
+        batch_e, t_build_e = _build({**cols, "embedding": emb})
+        del emb
+        sample = sample_100k and n_rows > 20_000
+        _row(rows_out, "batch construction + validation", batch.n_turns, t_build, None, None, "once per batch")
+        _row(rows_out, f"batch construction with {EMB_DIM}-d fingerprints", batch.n_turns, t_build_e, None, None,
+             "once per batch")
+        v_table = {int(t): 0.5 for t in np.unique(cols["task_id"])}
         for name, kw, ref in cases:
             if name == "pvpo":
                 kw = {"v_table": E.StaticValueTable(v_table)}
                 ref = lambda cc: ref_pvpo(cc, v_table)  # noqa: E731
-            repeat = 3 if quick else (9 if n_rows <= 10_000 else 5)
-            t_np, res = median_time(lambda: E.compute_advantage(name, batch, **kw), repeat)
-            t_ref, ref_out = median_time(lambda: ref(c_ref), 1)
-            # compare on the reference's rows
+            cosine = name in ("bigpo", "bipace") and kw.get("embedder") != "identity"
+            b = batch_e if cosine else batch
+            c = b.to_dict()
             if sample:
-                mask = np.isin(c["group_id"], np.unique(c_ref["group_id"]))
-                got = res.turn_adv[mask]
+                groups = np.unique(c["group_id"])[: max(1, b.n_groups // 10)]
+                c_ref = sub_batch(c, groups)
+                scale = b.n_turns / len(c_ref["reward"])
             else:
-                got = res.turn_adv
+                c_ref, scale = c, 1.0
+            repeat = 3 if quick else (9 if n_rows <= 10_000 else 5)
+            t_np, res = median_time(lambda: E.compute_advantage(name, b, **kw), repeat, min_total=0.25)
+            t_ref, ref_out = median_time(lambda: ref(c_ref), 1)
+            got = res.turn_adv[np.isin(c["group_id"], np.unique(c_ref["group_id"]))] if sample else res.turn_adv
             err = float(np.max(np.abs(got.astype(np.float64) - np.asarray(ref_out)))) if len(ref_out) else 0.0
-            rows_out.append((name, batch.n_turns, t_np, t_ref * scale, err, "~" if sample else ""))
-            print(f"{name:8s} N={batch.n_turns:>7,} numpy best {fmt_ms(t_np):>9s} (median {fmt_ms(t_np.median)}, "
-                  f"cpu {fmt_ms(t_np.cpu)})  reference "
-                  f"{'~' if sample else ' '}{fmt_ms(t_ref * scale):>10s}  ratio {t_ref * scale / t_np:>9,.0f}x  "
-                  f"max|diff| {err:.1e}", flush=True)
+            label = name
+            if cosine:
+                label = f"{name} (cosine clusters, D={EMB_DIM})"
+            elif kw and kw.get("embedder") == "identity":
+                label = f"{name} (identity embedder: exact hash)"
+            _row(rows_out, label, b.n_turns, t_np, t_ref * scale, err, "~" if sample else "")
+        del batch_e
+        sgcd_row(n_rows, quick, rows_out)
+
+
+def sgcd_row(n_rows, quick, rows_out):
+    if n_rows > 20_000:
+        print(f"sgcd at {n_rows:,} responses not run: its top-k arrays alone would take about "
+              f"{n_rows * 16 * 100 * 2 * 4 / 1e9:.1f} GB", flush=True)
+        return
+    batch = E.TrajectoryBatch(**sgcd_batch(n_rows))
+    t_np, res = median_time(lambda: E.compute_advantage("sgcd", batch), 3 if quick else 5)
+    t_ref, ref_out = median_time(lambda: ref_sgcd(batch), 1)
+    m = batch.response_mask
+    got = [res.token_adv[b][m[b]].tolist() for b in range(m.shape[0])]
+    err = max(abs(a - r) for ga, ra in zip(got, ref_out) for a, r in zip(ga, ra))
+    _row(rows_out, "sgcd (responses of 8-24 tokens, K=100)", batch.n_turns, t_np, t_ref, err,
+         f"{int(m.sum()):,} tokens; token advantages compared")
 
 
 def paper_batch(n_groups, G=8, T=20, D=3584, seed=0, n_states=30, noise=0.25):
@@ -368,11 +532,10 @@ def paper_batch(n_groups, G=8, T=20, D=3584, seed=0, n_states=30, noise=0.25):
 def bipace_section(quick, rows_out):
     for label, n_groups in (("paper setting 16x8x20", 16), ("10k rows 64x8x20", 64)):
         cols = paper_batch(n_groups)
-        t0 = time.perf_counter()
-        batch = E.TrajectoryBatch(**cols)
-        t_build = time.perf_counter() - t0
         repeat = 3 if quick else 7
+        t_build, batch = median_time(lambda: E.TrajectoryBatch(**cols), repeat)
         t_np, res = median_time(lambda: E.compute_advantage("bipace", batch, eps=0.10), repeat)
+        t_tot, _ = median_time(lambda: E.compute_advantage("bipace", E.TrajectoryBatch(**cols), eps=0.10), repeat)
         # reference: literal Algorithm 1 per group (one float64 matrix-vector product per record)
         emb = batch.embedding
         order = batch.canonical_order
@@ -387,107 +550,89 @@ def bipace_section(quick, rows_out):
 
         t_ref, _ = median_time(ref, 1)
         d = res.diagnostics
-        rows_out.append((f"bipace ({label}, D=3584)", batch.n_turns, t_np, t_ref, None,
-                         f"clusters/group {d['n_clusters_per_group']:.1f}, mean size {d['mean_cluster_size']:.2f}; "
-                         f"build+normalize {t_build * 1e3:.0f} ms"))
-        print(f"bipace   {label:24s} N={batch.n_turns:>6,} numpy best {fmt_ms(t_np)} (median {fmt_ms(t_np.median)}, "
-              f"cpu {fmt_ms(t_np.cpu)})  literal Alg.1 "
-              f"{fmt_ms(t_ref):>10s}  ratio {t_ref / t_np:5.1f}x  (build {fmt_ms(t_build)}; "
-              f"{d['n_clusters_per_group']:.1f} clusters/group)", flush=True)
+        shape = f"clusters/group {d['n_clusters_per_group']:.1f}, mean size {d['mean_cluster_size']:.2f}"
+        _row(rows_out, f"bipace ({label}, D=3584)", batch.n_turns, t_np, t_ref, None,
+             f"estimator only; {shape}; reference: literal Algorithm 1 (clustering alone)", "bipace")
+        _row(rows_out, f"  batch construction ({label})", batch.n_turns, t_build, None, None,
+             "TrajectoryBatch(...): validation + float32 L2 normalization", "bipace")
+        _row(rows_out, f"  bipace incl. batch construction ({label})", batch.n_turns, t_tot, t_ref, None,
+             "TrajectoryBatch(...) + compute_advantage, timed together", "bipace")
 
 
-def sgcd_section(quick, rows_out):
-    rng = np.random.default_rng(0)
-    B, L, K = 64, 256, 100
-    mask = np.zeros((B, L), dtype=bool)
-    tti = np.full((B, L), -1)
-    for b in range(B):  # step rows: one response per row
-        n_tok = int(rng.integers(L // 2, L + 1))
-        mask[b, :n_tok] = True
-        tti[b, :n_tok] = 0
-    logits = rng.normal(size=(B, L, K + 1)) * 2
-    lt = logits[..., :K] - np.log(np.exp(logits).sum(-1, keepdims=True) + 50)
-    ls = lt + rng.normal(scale=0.3, size=lt.shape)
-    ls -= np.log(np.exp(ls).sum(-1, keepdims=True) + 0.05)
-    G = 8
-    cols = dict(group_id=np.arange(B) // G, traj_id=np.arange(B), turn_idx=np.zeros(B), done=np.ones(B, bool),
-                reward=rng.integers(0, 2, size=B).astype(float), row_traj_id=np.arange(B), response_mask=mask,
-                token_turn_idx=tti, teacher_topk_logprob=lt.astype(np.float32),
-                student_logprob_on_teacher_topk=ls.astype(np.float32), teacher_logprob_obs=lt[..., 0].astype(np.float32),
-                student_logprob_obs=ls[..., 0].astype(np.float32), obs_in_topk=np.ones((B, L), bool))
-    batch = E.TrajectoryBatch(**cols)
-    t_np, res = median_time(lambda: E.compute_advantage("sgcd", batch), 3 if quick else 5)
+def _cell_np(t_np):
+    med = getattr(t_np, "median", float(t_np))
+    cpu = getattr(t_np, "cpu", float("nan"))
+    return fmt_ms(t_np) + (f" ({fmt_ms(med)}; cpu {fmt_ms(cpu)})" if cpu == cpu else "")
 
-    def ref():
-        tk = batch.teacher_topk_logprob.tolist()
-        sk = batch.student_logprob_on_teacher_topk.tolist()
-        m = mask.tolist()
-        W = []
-        for b in range(B):
-            d, H = [], []
-            for t in range(L):
-                if not m[b][t]:
-                    continue
-                pt = [math.exp(v) for v in tk[b][t]]
-                ps = [math.exp(v) for v in sk[b][t]]
-                tail_t = max(1 - sum(pt), 1e-12)
-                tail_s = max(1 - sum(ps), 1e-12)
-                d.append(sum(p * (math.log(p) - math.log(q)) for p, q in zip(ps + [tail_s], pt + [tail_t])))
-                H.append(-sum(p * math.log(p) for p in pt + [tail_t]))
-            lo, hi = min(d), max(d)
-            dn = [(x - lo) / (hi - lo + 1e-8) for x in d]
-            s = []
-            in_seg, ov, ho = False, 0.0, 0.0
-            for x, h in zip(dn, H):
-                if in_seg and h > 1.5 * ho:
-                    in_seg = False
-                if not in_seg and x > 0.1:
-                    in_seg, ov, ho = True, x, h
-                s.append(ov if in_seg else x)
-            W.append([min(max(1 + v, 1.0), 2.0) for v in s])
-        return W
 
-    t_ref, W_ref = median_time(ref, 1)
-    W_np = [res.token_weight[b][mask[b]].tolist() for b in range(B)]
-    err = max(abs(a - b) for ra, rb in zip(W_np, W_ref) for a, b in zip(ra, rb))
-    n_tok = int(mask.sum())
-    rows_out.append((f"sgcd ({B} responses, {n_tok:,} tokens, K={K})", B, t_np, t_ref, err, "weights W"))
-    print(f"sgcd     {n_tok:,} tokens K={K}: numpy best {fmt_ms(t_np)} (cpu {fmt_ms(t_np.cpu)})  per-token reference {fmt_ms(t_ref)}  ratio "
-          f"{t_ref / t_np:,.0f}x  max|diff W| {err:.1e}", flush=True)
+def _ref_cell(t_ref, note):
+    return (("~" if note == "~" else "") + fmt_ms(t_ref)) if t_ref else ""
 
 
 def markdown(rows):
+    """Every row: one line per (workload, size)."""
     lines = ["| estimator | turn rows | numpy best (median; cpu) | per-row Python reference | ratio | max abs diff "
              "| note |", "|---|---:|---:|---:|---:|---:|---|"]
-    for name, n, t_np, t_ref, err, note in rows:
-        ratio = f"{t_ref / t_np:,.0f}x" if t_ref else ""
-        ref = ("~" if note == "~" else "") + fmt_ms(t_ref) if t_ref else ""
+    for name, n, t_np, t_ref, err, note, _ in rows:
         e = f"{err:.1e}" if err is not None else ""
-        med = getattr(t_np, "median", float(t_np))
-        cpu = getattr(t_np, "cpu", float("nan"))
-        tnp = fmt_ms(t_np) + (f" ({fmt_ms(med)}; cpu {fmt_ms(cpu)})" if cpu == cpu else "")
-        lines.append(f"| {name} | {n:,} | {tnp} | {ref} | {ratio} | {e} | "
-                     f"{'reference extrapolated from 10% of the groups' if note == '~' else note} |")
+        lines.append(f"| {name.strip()} | {n:,} | {_cell_np(t_np)} | {_ref_cell(t_ref, note)} | "
+                     f"{_ratio(t_ref, t_np) if t_ref else ''} | {e} | "
+                     f"{'reference timed on 10% of the groups and scaled' if note == '~' else note} |")
     return "\n".join(lines)
+
+
+def readme_tables(rows):
+    """The README's two tables: the size table (one column block per size, best wall times), then BiPACE."""
+    size_rows = [r for r in rows if r[6] == "size"]
+    starts = [j for j, r in enumerate(size_rows) if r[0] == "batch construction + validation"]
+    blocks = [size_rows[a:b] for a, b in zip(starts, starts[1:] + [len(size_rows)])]
+    head = "| estimator | " + " | ".join(f"{round(b[0][1] / 1000):,}k rows: ours | per-row reference | ratio"
+                                        for b in blocks) + " |"
+    lines = [head, "|---|" + "---:|---:|---:|" * len(blocks)]
+    for name in dict.fromkeys(r[0] for r in size_rows):
+        cells = []
+        for block in blocks:
+            match = [r for r in block if r[0] == name]
+            if not match:
+                cells += ["not run", "", ""]
+                continue
+            _, _, t_np, t_ref, _, note, _ = match[0]
+            cells += [fmt_ms(t_np), _ref_cell(t_ref, note), _ratio(t_ref, t_np) if t_ref else ""]
+        lines.append(f"| {name.strip()} | " + " | ".join(cells) + " |")
+    out = "\n".join(lines) + "\n\n"
+    lines = ["| workload (reference: literal Algorithm 1, clustering alone) | rows | ours: best (median; cpu) "
+             "| reference | ratio |", "|---|---:|---:|---:|---:|"]
+    for name, n, t_np, t_ref, _, _, section in rows:
+        if section == "bipace":
+            lines.append(f"| {name.strip()} | {n:,} | {_cell_np(t_np)} | {fmt_ms(t_ref) if t_ref else ''} | "
+                         f"{_ratio(t_ref, t_np) if t_ref else ''} |")
+    return out + "\n".join(lines)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000, 100_000])
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
-    ap.add_argument("--markdown", action="store_true", help="print the table as markdown at the end")
+    ap.add_argument("--sample-100k", action="store_true",
+                    help="time the per-row references above 20k rows on 10%% of the groups and scale (faster)")
+    ap.add_argument("--no-bipace", action="store_true", help="skip the BiPACE section (D=3584)")
+    ap.add_argument("--markdown", action="store_true", help="print every row as a markdown table at the end")
+    ap.add_argument("--readme", action="store_true", help="print the README's two tables at the end")
     args = ap.parse_args()
     print(f"python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f}, OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")
     rows: list = []
     t0 = time.perf_counter()
-    turn_table(args.sizes, args.quick, rows)
-    bipace_section(args.quick, rows)
-    sgcd_section(args.quick, rows)
+    turn_table(args.sizes, args.quick, args.sample_100k, rows)
+    if not args.no_bipace:
+        bipace_section(args.quick, rows)
     print(f"total benchmark time {time.perf_counter() - t0:.1f} s, load average now {os.getloadavg()[0]:.2f}")
     if args.markdown:
         print()
         print(markdown(rows))
+    if args.readme:
+        print()
+        print(readme_tables(rows))
 
 
 if __name__ == "__main__":

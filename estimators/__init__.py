@@ -38,6 +38,10 @@ sgcd        GRPO x per-token weight from a teacher/student support divergence   
 The result (spec 2.6) holds ``turn_adv`` (float32 per turn row), and with a token table ``token_adv``,
 ``loss_mask``, ``clip_scale`` (A2TGPO), ``token_weight`` (SGCD), plus ``diagnostics``.
 
+BiGPO's eps: ``calibrate_eps=True`` searches it on the given batch (``diagnostics["eps_used"]``); to calibrate once,
+at the first training step as the paper does, keep an :class:`EpsCalibrator` (explicit state; the estimators stay
+pure functions).
+
 Policy losses (spec section 6) live in :mod:`estimators.losses`, the only module that imports torch (lazily).
 This package is a leaf: numpy only, no trainer, no ``agentgym``.
 """
@@ -46,8 +50,8 @@ from . import a2tgpo, bipace, gigpo, gvpo, outcome, pvpo, sgcd  # noqa: F401  (f
 from .a2tgpo import a2tgpo_components, clip_scale_from_ig
 from .action_keys import action_keys, action_tag, first_n, parse_action
 from .batch import BatchValidationError, MissingColumnError, TrajectoryBatch
-from .bipace import (CalibrationResult, HashNgram, calibrate_eps, cluster_groups, greedy_cosine_clusters,
-                     pace_advantage)
+from .bipace import (CalibrationResult, EpsCalibrator, HashNgram, calibrate_eps, cluster_groups,
+                     greedy_cosine_clusters, pace_advantage)
 from .configs import (A2TGPOConfig, BiGPOConfig, BiPACEConfig, ConfigError, DAPOConfig, GiGPOConfig, GVPOConfig,
                       HGPOConfig, IGPOConfig, OutcomeConfig, PVPOConfig, SGCDConfig)
 from .gigpo import cluster_diagnostics, hgpo_levels
@@ -64,7 +68,7 @@ __all__ = [
     "OutcomeConfig", "DAPOConfig", "GiGPOConfig", "HGPOConfig", "BiGPOConfig", "BiPACEConfig", "A2TGPOConfig",
     "IGPOConfig", "GVPOConfig", "PVPOConfig", "SGCDConfig",
     "group_normalize", "group_labels", "return_to_go", "broadcast_to_tokens", "mixed_groups", "overlong_penalty",
-    "greedy_cosine_clusters", "cluster_groups", "HashNgram", "calibrate_eps", "CalibrationResult",
+    "greedy_cosine_clusters", "cluster_groups", "HashNgram", "calibrate_eps", "CalibrationResult", "EpsCalibrator",
     "pace_advantage", "first_n", "action_tag", "action_keys", "parse_action", "cluster_diagnostics",
     "hgpo_levels", "StaticValueTable", "prerollout_filter", "select_gt_injections", "GTTrajectory", "inject_gt",
     "support_divergence", "segment_scores", "sgcd_weights", "a2tgpo_components", "clip_scale_from_ig",

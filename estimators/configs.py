@@ -43,7 +43,8 @@ def config_keys(cls: type) -> list[str]:
 
 @dataclass(frozen=True)
 class OutcomeConfig:
-    """GRPO / Dr.GRPO / RLOO (spec 3.1-3.3). ``verl_compat``: singleton groups get the raw reward (verl)."""
+    """GRPO / Dr.GRPO / RLOO (spec 3.1-3.3). ``verl_compat`` (GRPO and RLOO only, spec 2.1; ``dr_grpo`` rejects
+    it): singleton groups get the raw reward, as in verl."""
 
     verl_compat: bool = False
 
@@ -115,7 +116,9 @@ class BiGPOConfig(GiGPOConfig):
     ``eps`` None means the embedder's default (embedding 0.10, identity 0.0, hash_ngram 0.25). ``embedder``:
     ``embedding`` (the batch's column), ``identity`` (one-hot of obs_hash within the group) or ``hash_ngram``
     (needs ``obs_text``, one string per turn row). ``pace``: ``gigpo`` (state-only), ``q`` or ``diff``.
-    ``calibrate_eps`` runs the App. F search on this batch and uses its result.
+    ``calibrate_eps`` runs the App. F search on *this* batch and uses its result (``diagnostics["eps_used"]``).
+    The paper calibrates once, at the first training step: pass ``eps_used`` back as ``eps`` on later steps, or
+    let :class:`estimators.EpsCalibrator` do it. ``calibrate_eps=True`` together with an explicit ``eps`` raises.
     """
 
     eps: float | None = None
@@ -135,6 +138,8 @@ class BiGPOConfig(GiGPOConfig):
         _choice(self, "fallback", ("rloo", "none"))
         if self.eps is not None and not 0 <= self.eps <= 2:
             raise ConfigError("BiGPOConfig.eps must lie in [0, 2]")
+        if self.eps is not None and self.calibrate_eps:
+            raise ConfigError("BiGPOConfig: pass either eps or calibrate_eps=True, not both")
         _positive(self, "atol")
 
     def resolved_eps(self) -> float:

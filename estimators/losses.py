@@ -31,13 +31,22 @@ __all__ = [
 ]
 
 RATIOS = ("token", "sequence", "turn")
+_L_NORM_MISSING = ("agg='seq-mean-token-sum-norm' (Dr.GRPO) needs l_norm, the fixed L_norm of spec 6.4: pass the "
+                   "trainer's maximum response length, e.g. get_recipe('dr_grpo', l_norm=max_response_tokens) or "
+                   "agg_loss(..., l_norm=max_response_tokens). The batch's padded width is not used, because it "
+                   "changes with each batch's longest response.")
 AGGS = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
 @dataclass(frozen=True)
 class PolicyLossConfig:
     """One loss setting. ``dual_clip`` is c_dual (None: off); ``None`` for ``dual_clip`` together with
-    ``dual_clip_auto=True`` means "3.0 for token ratios, off for sequence/turn" (spec 6.2)."""
+    ``dual_clip_auto=True`` means "3.0 for token ratios, off for sequence/turn" (spec 6.2).
+
+    ``l_norm`` is Dr.GRPO's fixed L_norm for ``agg="seq-mean-token-sum-norm"``. The recipes leave it None because
+    it depends on the trainer: the caller sets it to the maximum response length
+    (``get_recipe("dr_grpo", l_norm=...)``); computing the loss without it raises ``ValueError``.
+    """
 
     ratio: str = "token"
     clip_low: float = 0.2
@@ -60,6 +69,8 @@ class PolicyLossConfig:
             raise ValueError("clip bounds must be >= 0")
         if self.dual_clip is not None and self.dual_clip <= 1.0:
             raise ValueError("dual_clip (c_dual) must be > 1")
+        if self.l_norm is not None and not self.l_norm > 0:
+            raise ValueError(f"l_norm must be > 0 (the maximum response length), got {self.l_norm!r}")
 
     @property
     def c_dual(self) -> float | None:
@@ -192,7 +203,9 @@ def agg_loss(loss: "torch.Tensor", mask: "torch.Tensor", agg: str = "token-mean"
     * ``seq-mean-token-sum``: mean over sequences with sum m > 0 of sum_t m l;
     * ``seq-mean-token-mean``: mean over sequences with sum m > 0 of sum_t m l / sum_t m;
     * ``seq-mean-token-sum-norm``: sum m l / (n_seq * L_norm), n_seq counting every sequence and L_norm
-      ``l_norm`` (default: the padded width L; pass the maximum response length to keep it fixed).
+      ``l_norm``, a constant the caller must give: the trainer's maximum response length (spec 6.4). Without it
+      this raises ``ValueError``; the padded width of the batch (older verl's default) is not used, since it
+      moves with each batch's longest response.
 
     A "sequence" is a token row (``seq_unit="row"``) or a trajectory (``"traj"``, grouping rows by
     ``row_traj_id``). With gradient accumulation pass the mini-batch's ``global_token_count`` /
@@ -211,7 +224,9 @@ def agg_loss(loss: "torch.Tensor", mask: "torch.Tensor", agg: str = "token-mean"
     seq_cnt = torch.zeros(n_seq, dtype=loss.dtype, device=loss.device).index_add_(0, idx, m.sum(-1))
     nonempty = seq_cnt > 0
     if agg == "seq-mean-token-sum-norm":
-        width = float(l_norm if l_norm is not None else mask.shape[-1])
+        if l_norm is None:
+            raise ValueError(_L_NORM_MISSING)
+        width = float(l_norm)
         n = float(global_seq_count) if global_seq_count is not None else float(n_seq)
         return ml.sum() / max(n * width, 1.0)
     if agg == "seq-mean-token-sum":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import TrajectoryBatch
-from .configs import DAPOConfig, OutcomeConfig
+from .configs import ConfigError, DAPOConfig, OutcomeConfig
 from .primitives import group_normalize
 from .registry import register
 from .result import AdvantageResult, finalize
@@ -72,7 +72,15 @@ def grpo(batch: TrajectoryBatch, cfg: OutcomeConfig) -> AdvantageResult:
 
 @register("dr_grpo", OutcomeConfig)
 def dr_grpo(batch: TrajectoryBatch, cfg: OutcomeConfig) -> AdvantageResult:
-    """Spec 3.2: A = R - mu_p (pair with ``seq-mean-token-sum-norm``)."""
+    """Spec 3.2: A = R - mu_p (pair with ``seq-mean-token-sum-norm``); a singleton group gets 0.
+
+    ``verl_compat`` is rejected: spec 2.1 defines it for GRPO and RLOO only (verl's Dr.GRPO, GRPO with
+    ``norm_adv_by_std_in_grpo=False``, would give a singleton its raw reward).
+    """
+    if cfg.verl_compat:
+        raise ConfigError("dr_grpo does not take verl_compat=True: the verl singleton convention (a one-rollout "
+                          "group gets its raw reward) is defined for grpo and rloo only (spec 2.1); dr_grpo gives a "
+                          "singleton group 0. Use grpo/rloo with verl_compat=True, or leave it False.")
     return _outcome(batch, "dr_grpo", "mean_norm", cfg)
 
 

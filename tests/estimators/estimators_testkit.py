@@ -153,3 +153,65 @@ def make_tokens(rng, trajs, layout, L, sgcd, K):
         out["credit_mask"] = rng.random((B, width)) < 0.1
         assert out["teacher_topk_logprob"].shape == shape3
     return out
+
+
+TOKEN_AND_SGCD = ("row_traj_id", "response_mask", "token_turn_idx", "old_logprob", "ref_logprob",
+                  "response_len_tokens", "teacher_topk_logprob", "student_logprob_on_teacher_topk",
+                  "teacher_logprob_obs", "student_logprob_obs", "obs_in_topk", "credit_mask")
+
+
+def traj_layout_from_step(batch: TrajectoryBatch, gap: int = 1) -> TrajectoryBatch:
+    """The same batch with its step-row token table rewritten as trajectory rows (spec 1.2): each trajectory's
+    responses in turn order, ``gap`` masked-out observation tokens between them, every per-token array carried
+    along. The turn table is unchanged, so both layouts hold the same tokens of the same turns."""
+    d = batch.to_dict()
+    mask, tti, rti = d["response_mask"], d["token_turn_idx"], d["row_traj_id"]
+    per_tok = [k for k in ("old_logprob", "ref_logprob", "teacher_topk_logprob", "student_logprob_on_teacher_topk",
+                           "teacher_logprob_obs", "student_logprob_obs", "obs_in_topk", "credit_mask") if k in d]
+    rows = []
+    for tid in dict.fromkeys(rti.tolist()):  # trajectories in order of first appearance
+        sel = [b for b in np.flatnonzero(rti == tid) if mask[b].any()]
+        sel.sort(key=lambda b: int(tti[b][mask[b]][0]))
+        pieces = []
+        for b in sel:
+            cols = np.flatnonzero(mask[b])
+            if pieces:
+                pieces.append((None, gap))
+            pieces.append((b, cols))
+        rows.append((tid, pieces))
+    width = max([sum(len(c) if b is not None else c for b, c in p) for _, p in rows] + [1])
+    out = {"row_traj_id": np.array([t for t, _ in rows]),
+           "response_mask": np.zeros((len(rows), width), bool), "token_turn_idx": np.full((len(rows), width), -1)}
+    for k in per_tok:
+        out[k] = np.zeros((len(rows), width) + d[k].shape[2:], dtype=d[k].dtype)
+    for r, (_, pieces) in enumerate(rows):
+        pos = 0
+        for b, cols in pieces:
+            if b is None:
+                pos += cols
+                continue
+            n = len(cols)
+            out["response_mask"][r, pos:pos + n] = True
+            out["token_turn_idx"][r, pos:pos + n] = tti[b, cols]
+            for k in per_tok:
+                out[k][r, pos:pos + n] = d[k][b, cols]
+            pos += n
+    out["response_len_tokens"] = out["response_mask"].sum(1)
+    turn_cols = {k: v for k, v in d.items() if k not in TOKEN_AND_SGCD}
+    return TrajectoryBatch(**turn_cols, **out)
+
+
+
+def token_values_by_turn(batch: TrajectoryBatch, values: np.ndarray) -> np.ndarray:
+    """``values`` on the response tokens as rows (traj_id, turn_idx, k-th token of that turn, value), sorted: the
+    same array for two layouts that hold the same tokens."""
+    m = batch.response_mask
+    b, l = np.nonzero(m)  # row-major: positions ascending within each row
+    tid = batch.row_traj_id[b]
+    turn = batch.token_turn_idx[b, l].astype(np.int64)
+    order = np.lexsort((l, turn, tid))
+    tid, turn, vals = tid[order], turn[order], np.asarray(values)[b, l][order].astype(np.float64)
+    start = np.r_[True, (tid[1:] != tid[:-1]) | (turn[1:] != turn[:-1])]
+    first = np.maximum.accumulate(np.where(start, np.arange(tid.size), 0))
+    k = np.arange(tid.size) - first
+    return np.stack([tid, turn, k, vals], 1)

@@ -87,6 +87,49 @@ def test_zero_embedding():
     assert rows_of(err) == [2]
     b = E.TrajectoryBatch(**cols(embedding=emb + 1))
     np.testing.assert_allclose(np.linalg.norm(b.embedding, axis=1), 1.0, rtol=1e-6)
+    for bad in (np.nan, np.inf):  # a non-finite entry makes the row's norm non-finite
+        e2 = np.ones((4, 3), np.float32)
+        e2[1, 2] = bad
+        with pytest.raises(E.BatchValidationError, match="'embedding'.*non-finite") as err:
+            E.TrajectoryBatch(**cols(embedding=e2))
+        assert rows_of(err) == [1]
+
+
+def test_embedding_normalization_float32():
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(4, 3584)).astype(np.float32)
+    # rows whose float32 squared norm would underflow / overflow, and a subnormal one: normalized through float64
+    emb[1] *= np.float32(1e-22)
+    emb[2] *= np.float32(1e22)
+    emb[3] = 0
+    emb[3, 7] = np.float32(1e-40)
+    caller = emb.copy()
+    b = E.TrajectoryBatch(**cols(embedding=emb))
+    assert b.embedding.dtype == np.float32 and b.embedding is not emb
+    np.testing.assert_array_equal(emb, caller)  # the caller's float32 array is left as it was
+    x64 = caller.astype(np.float64)
+    expect = x64 / np.linalg.norm(x64, axis=1, keepdims=True)
+    np.testing.assert_allclose(b.embedding, expect, rtol=2e-6, atol=1e-9)
+    assert b.embedding[3, 7] == 1.0
+    assert b.embedding_norm_min == pytest.approx(1e-40, rel=1e-2)
+    # float64 input (the constructor's own float32 copy is scaled in place) gives the same rows
+    b64 = E.TrajectoryBatch(**cols(embedding=x64))
+    np.testing.assert_allclose(b64.embedding, expect, rtol=2e-6, atol=1e-9)
+
+
+def test_import_estimators_pulls_in_no_trainer_and_no_agentgym():
+    """``estimators`` is a leaf package: a fresh interpreter that imports it (and its loss module) holds no trainer
+    (trl, verl), no agentgym (nor its adapters) and no torch / transformers."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, estimators, estimators.losses\n"
+            "banned = ('trl', 'verl', 'agentgym', 'adapters', 'torch', 'transformers')\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in banned)\n"
+            "assert not bad, bad\n"
+            "assert 'estimators.bipace' in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 
 def test_token_turn_index_naming_no_turn():

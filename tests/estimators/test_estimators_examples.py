@@ -61,6 +61,12 @@ def test_grpo_dr_grpo_rloo():
                                rtol=1e-6)
     # RLOO: 1 - (0 + 0)/2 = 1; 0 - (1 + 0)/2 = -0.5
     np.testing.assert_allclose(E.compute_advantage("rloo", b).turn_adv, [1, 1, -0.5, -0.5, -0.5, -0.5, 0])
+    assert E.compute_advantage("rloo", b, verl_compat=True).turn_adv[-1] == pytest.approx(0.7)
+    # verl_compat is GRPO / RLOO only (spec 2.1): Dr.GRPO refuses it, through keywords and through config=
+    with pytest.raises(E.ConfigError, match="dr_grpo does not take verl_compat.*grpo and rloo only"):
+        E.compute_advantage("dr_grpo", b, verl_compat=True)
+    with pytest.raises(E.ConfigError, match="verl_compat"):
+        E.compute_advantage("dr_grpo", b, config=E.OutcomeConfig(verl_compat=True))
     r = E.compute_advantage("grpo", b)
     assert r.diagnostics["frac_groups_all_equal"] == 0.5 and r.diagnostics["n_groups"] == 2
 
@@ -86,6 +92,31 @@ def test_dapo_filter_and_overlong():
     np.testing.assert_allclose(r2.turn_adv[:2], [0.75 / (sd + D), -0.75 / (sd + D)], rtol=1e-6)
 
 
+def test_dapo_overlong_filter():
+    # group 0: R = (1, 0, 0), success (1, 0, 0); trajectory 3 was truncated (2 turns, its last one truncated)
+    trajs = [(0, 1, [1.0], {"success": 1.0, "truncated": [False]}),
+             (0, 2, [0.0], {"success": 0.0, "truncated": [False]}),
+             (0, 3, [0.0, 0.0], {"success": 0.0, "truncated": [False, True]})]
+    tok = dict(row_traj_id=np.array([1, 2, 3]), response_mask=np.ones((3, 2), bool),
+               token_turn_idx=np.array([[0, 0], [0, 0], [0, 1]]))
+    b = batch(trajs, **tok)
+    # GRPO on R = (1, 0, 0): mean 1/3, std(ddof=1) = sqrt(1/3) -> (2/3, -1/3, -1/3) / (sqrt(1/3) + 1e-6)
+    sd = math.sqrt(1 / 3) + D
+    expect = [(2 / 3) / sd, (-1 / 3) / sd, (-1 / 3) / sd, (-1 / 3) / sd]
+    plain = E.compute_advantage("dapo", b)
+    np.testing.assert_allclose(plain.turn_adv, expect, rtol=1e-6)
+    assert plain.loss_mask.all()
+    # overlong_filter: the truncated trajectory keeps its advantage (it still counts in the group statistics) but
+    # leaves the loss: turn mask and token loss mask 0 on both of its turns
+    r = E.compute_advantage("dapo", b, overlong_filter=True)
+    np.testing.assert_allclose(r.turn_adv, expect, rtol=1e-6)
+    assert r.turn_mask.tolist() == [True, True, False, False]
+    assert r.loss_mask.tolist() == [[True, True], [True, True], [False, False]]
+    assert r.diagnostics["frac_traj_truncated"] == pytest.approx(1 / 3)
+    with pytest.raises(E.MissingColumnError, match="'truncated'"):
+        E.compute_advantage("dapo", b.replace(truncated=None), overlong_filter=True)
+
+
 def test_gigpo_worked_example():
     # traj 1: obs (5, 6), rewards (0, 1); traj 2: obs (5, 6, 7), rewards (0, 0, 0), its turn 1 invalid
     b = batch([(0, 1, [0, 1], {"obs_hash": [5, 6], "valid_action": [1, 1]}),
@@ -107,6 +138,20 @@ def test_gigpo_worked_example():
     r3 = E.compute_advantage("gigpo", b, episode_stats="per_step", step_advantage_w=0.0)
     np.testing.assert_allclose(r3.turn_adv, [0.6 / (math.sqrt(0.3) + D)] * 2 + [-0.4 / (math.sqrt(0.3) + D)] * 3,
                                rtol=1e-6)
+    # penalty_in_episode_term="per_row" (verl-agent): each row's episode score is R - .1 * invalid, so the invalid
+    # row of traj 2 scores 0 - .1 = -.1. per_traj statistics use one score per trajectory (its first row: 1, 0):
+    # mean .5, std sqrt(.5); the invalid row gets (-.1 - .5)/(sqrt(.5) + 1e-6) instead of -ep
+    r4 = E.compute_advantage("gigpo", b, penalty_in_episode_term="per_row", step_advantage_w=0.0)
+    np.testing.assert_allclose(r4.turn_adv, [ep, ep, -ep, -0.6 / (math.sqrt(0.5) + D), -ep], rtol=1e-6)
+    # with per_step statistics: scores (1, 1, 0, -.1, 0): mean .38, deviations (.62, .62, -.38, -.48, -.38),
+    # var(ddof=1) = (2 * .3844 + 2 * .1444 + .2304) / 4 = .322
+    sd = math.sqrt(0.322) + D
+    r5 = E.compute_advantage("gigpo", b, penalty_in_episode_term="per_row", episode_stats="per_step",
+                             step_advantage_w=0.0)
+    np.testing.assert_allclose(r5.turn_adv, np.array([0.62, 0.62, -0.38, -0.48, -0.38]) / sd, rtol=1e-6)
+    # the default ("none") ignores the penalty in the episode term: r3 above; without a penalty "per_row" is a no-op
+    r6 = E.compute_advantage("gigpo", b, penalty_in_episode_term="per_row", invalid_action_penalty=0.0)
+    np.testing.assert_array_equal(r6.turn_adv, E.compute_advantage("gigpo", b, invalid_action_penalty=0.0).turn_adv)
 
 
 def test_hgpo_worked_example():
@@ -211,6 +256,42 @@ def test_calibrate_eps():
         assert 4 <= res.probes[-1][1] <= 8
     r = E.compute_advantage("bigpo", b, calibrate_eps=True, invalid_action_penalty=0.0)
     assert r.diagnostics["eps_used"] == pytest.approx(res.eps)
+    # passing eps_used back as eps reproduces the calibrated step exactly
+    again = E.compute_advantage("bigpo", b, eps=r.diagnostics["eps_used"], invalid_action_penalty=0.0)
+    np.testing.assert_array_equal(again.turn_adv, r.turn_adv)
+    with pytest.raises(E.ConfigError, match="either eps or calibrate_eps"):
+        E.compute_advantage("bigpo", b, calibrate_eps=True, eps=0.1)
+
+
+def test_eps_calibrator_calibrates_once_and_keeps_eps():
+    # step 0: 4 tight directions (clusters of 4 records at the calibrated eps); step 1: a batch on which a fresh
+    # search would pick a different eps (every record 0.5 rad from the next: median size 1 until eps ~ .12)
+    rng = np.random.default_rng(1)
+    centers = rng.normal(size=(4, 32))
+    x0 = centers[np.tile(np.arange(4), 8)] + 0.05 * rng.normal(size=(32, 32))
+    trajs = [(g, 10 * g + i, [0, 0, 0, 1], {"obs_hash": 0, "action_key": 0, "valid_action": True})
+             for g in range(2) for i in range(4)]
+    b0 = batch(trajs, embedding=x0.astype(np.float32))
+    ang = 0.5 * np.arange(32)
+    b1 = batch(trajs, embedding=np.stack([np.cos(ang), np.sin(ang)], 1).astype(np.float32))
+    cal = E.EpsCalibrator()
+    assert cal.eps is None
+    r0 = cal.compute_advantage("bipace", b0)
+    search0 = E.calibrate_eps(b0)
+    assert cal.eps == pytest.approx(search0.eps) == pytest.approx(r0.diagnostics["eps_used"])
+    assert cal.inside_target == search0.inside_target
+    # step 1 reuses the step-0 eps instead of searching again on b1
+    assert E.calibrate_eps(b1).eps != pytest.approx(cal.eps)
+    r1 = cal.compute_advantage("bipace", b1)
+    assert r1.diagnostics["eps_used"] == pytest.approx(cal.eps) and "eps_calibration_probes" not in r1.diagnostics
+    np.testing.assert_array_equal(r1.turn_adv, E.compute_advantage("bipace", b1, eps=cal.eps).turn_adv)
+    # checkpoint round trip, and the calibrator owns eps
+    restored = E.EpsCalibrator(**cal.state_dict())
+    np.testing.assert_array_equal(restored.compute_advantage("bipace", b1).turn_adv, r1.turn_adv)
+    with pytest.raises(E.ConfigError, match="sets eps itself"):
+        cal.compute_advantage("bipace", b1, eps=0.2)
+    with pytest.raises(E.ConfigError, match="unknown config key.*calibrate_eps"):
+        E.EpsCalibrator().compute_advantage("gigpo", b0)
 
 
 def test_a2tgpo_worked_example():
@@ -264,6 +345,17 @@ def test_pvpo_worked_example():
     assert E.StaticValueTable.should_update(500) and not E.StaticValueTable.should_update(499)
     t2 = f.table.updated(["t2", "t2", "t9"], [1, 1, 1], step=500)
     assert t2.values == {"t2": 1.0, "t3": 0.0} and t2.age(510) == 10
+    # v_update_every (the periodic extension): every 300 steps, on top of the one-shot list or instead of it
+    steps = range(0, 1001)
+    assert [s for s in steps if E.StaticValueTable.should_update(s, v_update_every=300)] == [300, 500, 600, 900]
+    assert [s for s in steps if E.StaticValueTable.should_update(s, (), v_update_every=300)] == [300, 600, 900]
+    assert [s for s in steps if E.StaticValueTable.should_update(s, (), v_update_every=None)] == []
+    # a training loop that follows the schedule: the table's age restarts at each update
+    table = f.table
+    for step in range(0, 701):
+        if E.StaticValueTable.should_update(step, (), v_update_every=300):
+            table = table.updated(["t2", "t3"], [step / 1000, 0.0], step=step)
+    assert table.built_at_step == 600 and table.age(700) == 100 and table.values["t2"] == pytest.approx(0.6)
     bad = batch([(0, 1, [1], {"task_id": "t4"})])
     with pytest.raises(E.BatchValidationError, match="task_id"):
         E.compute_advantage("pvpo", bad, v_table=f.table)
@@ -294,6 +386,57 @@ def test_sgcd_support_kl_and_segmenter():
     np.testing.assert_allclose(s, [0, 1, 1, 0.2, 0.2, 0.2], rtol=1e-7)
     assert diag["n_segments_per_response"] == 2 and diag["frac_tokens_in_segments"] == pytest.approx(5 / 6)
     np.testing.assert_allclose(E.sgcd_weights(s, 1.0, 2.0), [1, 2, 2, 1.2, 1.2, 1.2], rtol=1e-7)
+
+
+def test_sgcd_worked_example_multi_token():
+    # one group: traj 1 (R = 1, one response of 4 tokens) and traj 2 (R = 0, two turns: 3 tokens, then 2 tokens);
+    # step rows, K = 2, every sampled token inside the teacher's top-2. Token kinds (teacher top-2 | student top-2;
+    # tails .2 / .05): Z (.5, .3 | .5, .3): d = 0; A (.5, .3 | .4, .4): d = .4 ln .8 + .4 ln(4/3) = .025815;
+    # B (.5, .3 | .3, .5): d = .3 ln .6 + .5 ln(5/3) = .102165; O (.9, .05 | .8, .15): d = .8 ln(.8/.9) + .15 ln 3 =
+    # .070565, a low-entropy token. Teacher entropy: H = -(.5 ln .5 + .3 ln .3 + .2 ln .2) = 1.0297 for Z, A, B and
+    # H_O = -(.9 ln .9 + 2 * .05 ln .05) = .3944.
+    Z, A, Bk = ((0.5, 0.3), (0.5, 0.3)), ((0.5, 0.3), (0.4, 0.4)), ((0.5, 0.3), (0.3, 0.5))
+    O = ((0.9, 0.05), (0.8, 0.15))
+    responses = [(0, [Z, A, Bk, Z]), (0, [O, A, Z]), (1, [A, Bk])]  # (turn, tokens) of rows 0, 1, 2
+    tk = np.tile(np.log([0.5, 0.3]), (3, 4, 1))
+    sk = tk.copy()
+    mask = np.zeros((3, 4), bool)
+    tti = np.full((3, 4), -1)
+    for row, (turn, toks) in enumerate(responses):
+        for pos, (t, st_) in enumerate(toks):
+            tk[row, pos], sk[row, pos], mask[row, pos], tti[row, pos] = np.log(t), np.log(st_), True, turn
+    credit = np.zeros((3, 4), bool)
+    credit[2, 1] = True  # the B token of traj 2's second response: an answer literal SGCD must not emphasize
+    b = batch([(0, 1, [1.0], {}), (0, 2, [0.0, 0.0], {})], row_traj_id=np.array([1, 2, 2]), response_mask=mask,
+              token_turn_idx=tti, teacher_topk_logprob=tk, student_logprob_on_teacher_topk=sk,
+              teacher_logprob_obs=tk[..., 0], student_logprob_obs=sk[..., 0], obs_in_topk=np.ones((3, 4), bool),
+              credit_mask=credit)
+    r = E.compute_advantage("sgcd", b, top_k=2)
+    dA, dB, dO = 0.4 * math.log(0.8) + 0.4 * math.log(4 / 3), 0.3 * math.log(0.6) + 0.5 * math.log(5 / 3), \
+        0.8 * math.log(0.8 / 0.9) + 0.15 * math.log(3)
+    # row 0: d = (0, dA, dB, 0) -> d~ = d / (dB + 1e-8) = (0, .2527, 1, 0). t1 opens a segment (.2527 > .1) with
+    # H_o = 1.0297; t2, t3 have H = 1.0297 <= 1.5 H_o, so they stay in it: s = (0, .2527, .2527, .2527) and
+    # W = 1 + s (t3 is weighted although its own d is 0).
+    s0 = dA / (dB + 1e-8)
+    # row 1: d = (dO, dA, 0) -> d~ = (1, dA / dO = .3658, 0) (up to the 1e-8). t0 opens (H_o = .3944); t1 has
+    # H = 1.0297 > 1.5 * .3944 = .5916, which ends it, and re-opens one (.3658 > .1, H_o = 1.0297) that t2 stays in:
+    # s = (1, .3658, .3658), W = clip(1 + s, 1, 2).
+    s1 = dA / (dO + 1e-8)
+    # row 2 (a separate turn, so its own normalization): d~ = (0, 1); t1 would open a segment, but credit_mask -> 0
+    W = [[1, 1 + s0, 1 + s0, 1 + s0], [1 + dO / (dO + 1e-8), 1 + s1, 1 + s1, 1], [1, 1, 1, 1]]
+    np.testing.assert_allclose(r.token_weight, W, rtol=1e-6)  # float32 inputs and output
+    # GRPO: R = (1, 0): +-.5 / (sqrt(.5) + 1e-6) = +-.70711 for every turn of the trajectory; A_t = A_i * W_t
+    a = 0.5 / (math.sqrt(0.5) + D)
+    np.testing.assert_allclose(r.turn_adv, [a, -a, -a], rtol=1e-6)
+    np.testing.assert_allclose(r.token_adv, np.where(mask, np.array(W) * np.array([[a], [-a], [-a]]), 0.0),
+                               rtol=1e-6)
+    assert r.token_weight.max() > 1.99 and r.loss_mask.tolist() == mask.tolist()
+    # segments: 1, 2 and 1 (the credit-masked one still counts as opened) -> 4/3 per response; W > 1 on 6 of 9
+    assert r.diagnostics["n_segments_per_response"] == pytest.approx(4 / 3)
+    assert r.diagnostics["frac_tokens_W_gt1"] == pytest.approx(6 / 9)
+    # gamma_s = .5 halves s: W = 1 + s / 2 wherever W was > 1
+    r_half = E.compute_advantage("sgcd", b, top_k=2, gamma_s=0.5)
+    np.testing.assert_allclose(r_half.token_weight, 1 + (np.array(W) - 1) / 2, rtol=1e-6)
 
 
 def test_sgcd_estimator_small():

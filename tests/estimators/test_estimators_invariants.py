@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import estimators as E
 from estimators.bipace import cluster_groups, pace_advantage
 from estimators.gigpo import episode_term, step_returns, step_term
-from estimators_testkit import Shape, make_batch, shapes
+from estimators_testkit import Shape, make_batch, shapes, token_values_by_turn, traj_layout_from_step
 
 SET = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -222,15 +222,24 @@ def test_I6_pace_identities(data):
     np.testing.assert_allclose(diff_d, rloo, rtol=1e-9, atol=1e-12)
     scale = np.where(multi, size[cl] / np.maximum(size[cl] - 1, 1), 0.0)
     np.testing.assert_allclose(diff_d, scale * mean_norm, rtol=1e-9, atol=1e-12)
-    # a single key per cluster: q == 0 and diff falls back to RLOO on every row
+    # a single key per cluster: |C=(i)| = |C| >= 2 on every multi-member row, so no row falls back and
+    # Q - V = mean_C R - mean_C R = 0 (not mean_norm); diff has no different-key peer and falls back to RLOO everywhere
     one = np.zeros(R.size, dtype=np.int64)
     q_one, d1 = pace_advantage(R, cl, n_c, one, "q", "rloo")
     q_one_none, _ = pace_advantage(R, cl, n_c, one, "q", "none")
     diff_one, d2 = pace_advantage(R, cl, n_c, one, "diff", "rloo")
-    assert np.all(np.abs(q_one[multi & (size[cl] >= 2)]) >= 0)
+    np.testing.assert_allclose(q_one, 0.0, atol=1e-12)
     np.testing.assert_allclose(q_one_none, 0.0, atol=1e-12)
+    assert d1["frac_rows_fallback"] == 0.0 and d1["frac_rows_pace"] == pytest.approx(np.mean(multi))
     np.testing.assert_allclose(diff_one, rloo, rtol=1e-9, atol=1e-12)
-    assert d2["frac_rows_pace"] == 0.0
+    assert d2["frac_rows_pace"] == 0.0 and d2["frac_rows_fallback"] == pytest.approx(np.mean(multi))
+    # q (RLOO fallback) is zero-sum in every cluster where no row falls back (every key there occurs twice or more)
+    q, _ = pace_advantage(R, cl, n_c, keys, "q", "rloo")
+    _, ck = np.unique(np.stack([cl, keys], 1), axis=0, return_inverse=True)
+    n_eq = np.bincount(ck.reshape(-1))[ck.reshape(-1)]
+    no_fallback = np.bincount(cl, weights=(n_eq < 2) & multi, minlength=n_c) == 0
+    sums = np.bincount(cl, q, n_c)
+    assert np.all(np.abs(sums[no_fallback]) < tol * (1 + size[no_fallback]))
 
 
 def test_I6_q_is_not_zero_sum_with_fallback_rows():
@@ -241,6 +250,101 @@ def test_I6_q_is_not_zero_sum_with_fallback_rows():
     adv, _ = pace_advantage(R, np.zeros(4, dtype=np.int64), 1, np.array([1, 2, 2, 3]), "q", "rloo")
     np.testing.assert_allclose(adv, [1 - 0.5 / 3, -0.375, -0.375, 0.5 - 1 / 3])
     assert adv.sum() == pytest.approx(0.25)
+
+
+def _with_invalid(shape: Shape) -> Shape:
+    """The drawn shape with 30% invalid actions (the penalty then moves the returns-to-go)."""
+    return Shape(**{**shape.__dict__, "p_invalid": 0.3})
+
+
+@SET
+@given(shapes(tokens=st.just(None)))
+def test_I6_pace_identities_on_batches(shape):
+    """I6 through the estimator on random batches (invalid actions, ties, singletons): the step part of BiPACE is
+    (result with w = 1) - (result with w = 0), on the exact-hash clusters (identity embedder)."""
+    b = make_batch(_with_invalid(shape))
+    kw = dict(embedder="identity", mode="mean_norm")
+
+    def step(batch, **extra):
+        full = E.compute_advantage("bipace", batch, **kw, **extra).turn_adv.astype(np.float64)
+        ep = E.compute_advantage("bipace", batch, **kw, **extra, step_advantage_w=0.0).turn_adv.astype(np.float64)
+        return full - ep
+
+    cl, n_c = E.group_labels(b.group_index, b.obs_hash)
+    size = np.bincount(cl, minlength=n_c)
+    tol = 1e-5 * (1 + size)
+    # q with fallback "none" sums to 0 in every cluster; singletons get 0
+    q_none = step(b, pace="q", fallback="none")
+    assert np.all(np.abs(np.bincount(cl, q_none, n_c)) < tol)
+    assert np.all(q_none[size[cl] == 1] == 0)
+    # distinct keys in every cluster: q/none = GiGPO mean_norm; q/rloo = diff = |C|/(|C|-1) mean_norm
+    bd = b.replace(action_key=np.arange(b.n_turns))
+    gig = E.compute_advantage("gigpo", bd, mode="mean_norm").turn_adv.astype(np.float64)
+    np.testing.assert_allclose(E.compute_advantage("bipace", bd, **kw, pace="q", fallback="none").turn_adv, gig,
+                               rtol=1e-6, atol=1e-6)
+    diff_d = step(bd, pace="diff")
+    np.testing.assert_allclose(step(bd, pace="q"), diff_d, rtol=1e-6, atol=1e-6)
+    gig_step = gig - E.compute_advantage("gigpo", bd, mode="mean_norm", step_advantage_w=0.0).turn_adv
+    scale = np.where(size[cl] >= 2, size[cl] / np.maximum(size[cl] - 1, 1), 0.0)
+    np.testing.assert_allclose(diff_d, scale * gig_step, rtol=1e-5, atol=1e-5)
+    # a single key: q = 0 on every row (the result is the episode term), diff never takes the PACE branch
+    b1 = b.replace(action_key=np.zeros(b.n_turns, np.int64))
+    np.testing.assert_allclose(step(b1, pace="q"), 0.0, atol=1e-6)
+    assert E.compute_advantage("bipace", b1, **kw, pace="diff").diagnostics["frac_rows_pace"] == 0.0
+
+
+@SET
+@given(shapes(tokens=st.just(None)), st.integers(2, 16), st.integers(0, 2**31 - 1))
+def test_I2_float32_duplicates_merge_through_the_batch(shape, dim, seed):
+    """I1 + I2 on random batches: float32 fingerprints that are scaled copies of one direction per obs_hash
+    (normalized by the batch in float32, so copies differ in the last bits) merge at eps = 0, atol = 1e-6, and the
+    BiGPO advantages equal GiGPO's bit for bit (invalid actions, ties, singletons included)."""
+    b = make_batch(_with_invalid(shape))
+    rng = np.random.default_rng(seed)
+    hashes, inv = np.unique(b.obs_hash, return_inverse=True)
+    base = rng.normal(size=(hashes.size, dim))
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    dots = base @ base.T
+    np.fill_diagonal(dots, 0)
+    assume_separated = np.all(1 - dots > 1e-3)
+    emb = (base[inv.reshape(-1)] * rng.uniform(0.05, 20.0, size=(b.n_turns, 1))).astype(np.float32)
+    be = b.replace(embedding=emb)
+    if assume_separated:
+        g = E.compute_advantage("gigpo", b)
+        bg = E.compute_advantage("bigpo", be, eps=0.0, atol=1e-6)
+        assert np.array_equal(g.turn_adv, bg.turn_adv)
+    # duplicates never split, whatever the other directions do
+    labels, _ = cluster_groups(be, 0.0, 1e-6)
+    pairs = np.unique(np.stack([b.group_index, inv.reshape(-1), labels], 1), axis=0)
+    assert len(pairs) == len(np.unique(np.stack([b.group_index, inv.reshape(-1)], 1), axis=0))
+
+
+def _rows(b: E.TrajectoryBatch, perm: np.ndarray) -> E.TrajectoryBatch:
+    return E.TrajectoryBatch(**{k: v[perm] for k, v in b.to_dict().items()})
+
+
+@SET
+@given(shapes(tokens=st.just(None)), st.floats(0.01, 0.6), st.integers(0, 2**31 - 1))
+def test_I3_order_on_batches(shape, eps, seed):
+    """I3 on random batches: for eps > 0 the result is a function of the canonical order (rows laid out in
+    canonical order, or with each trajectory's rows reversed, give the same values bit for bit); permutation
+    invariance holds in I1's setting (one-hot fingerprints, eps = 0) for any row order."""
+    b = make_batch(_with_invalid(shape), emb_dim=6)
+    rng = np.random.default_rng(seed)
+    raw = rng.normal(size=(b.n_turns, 6)).astype(np.float32)
+    b = b.replace(embedding=raw)
+    ref = E.compute_advantage("bipace", b, eps=eps).turn_adv
+    canon = b.canonical_order
+    np.testing.assert_array_equal(E.compute_advantage("bipace", _rows(b, canon), eps=eps).turn_adv, ref[canon])
+    # each trajectory's rows reversed, trajectories kept in canonical order: same canonical order, same values
+    rev = np.concatenate([seg[::-1] for seg in np.split(canon, np.sort(b.traj_start)[1:])]) if b.n_turns else canon
+    np.testing.assert_array_equal(E.compute_advantage("bipace", _rows(b, rev), eps=eps).turn_adv, ref[rev])
+    # I1's setting: one-hot fingerprints at eps = 0 are invariant to any permutation of the rows
+    _, inv = np.unique(b.obs_hash, return_inverse=True)
+    bo = b.replace(embedding=np.eye(inv.max() + 1, dtype=np.float32)[inv.reshape(-1)])
+    r1 = E.compute_advantage("bipace", bo, eps=0.0).turn_adv
+    perm = rng.permutation(b.n_turns)
+    np.testing.assert_array_equal(E.compute_advantage("bipace", _rows(bo, perm), eps=0.0).turn_adv, r1[perm])
 
 
 # ----------------------------------------------------------------------------------------------- I7
@@ -400,17 +504,27 @@ def test_I11_broadcast(shape, name):
 
 @SET
 @given(shapes(tokens=st.just("step")))
-def test_I11_two_layouts_give_the_same_turn_values(shape):
-    step = make_batch(shape)
-    traj = make_batch(Shape(**{**shape.__dict__, "tokens": "traj"}))
-    for name in ("grpo", "gigpo", "a2tgpo"):
-        rs = E.compute_advantage(name, step)
-        rt = E.compute_advantage(name, traj)
-        assert np.array_equal(rs.turn_adv, rt.turn_adv)
-        # per (traj, turn) token values agree wherever both layouts have tokens
+def test_I11_two_layouts_give_the_same_token_values(shape):
+    """The same tokens laid out as step rows and as trajectory rows (observation gaps between the turns) get the
+    same value on every response token: token_adv, and A2TGPO's clip scale and SGCD's W where they exist."""
+    step = make_batch(shape, sgcd=True, K=6)
+    traj = traj_layout_from_step(step)
+    assert traj.response_mask.sum() == step.response_mask.sum()
+    for name, kw in (("grpo", {}), ("gigpo", {}), ("a2tgpo", {}), ("bipace", {"embedder": "identity"}),
+                     ("sgcd", {"top_k": 6})):
+        rs = E.compute_advantage(name, step, **kw)
+        rt = E.compute_advantage(name, traj, **kw)
+        assert np.array_equal(rs.turn_adv, rt.turn_adv), name
+        for field in ("token_adv", "clip_scale", "token_weight", "loss_mask"):
+            vs, vt = getattr(rs, field), getattr(rt, field)
+            assert (vs is None) == (vt is None), (name, field)
+            if vs is not None:
+                assert np.array_equal(token_values_by_turn(step, vs), token_values_by_turn(traj, vt)), (name, field)
+        # and in each layout every token carries its turn's value
         for r, bb in ((rs, step), (rt, traj)):
             m = bb.response_mask
-            assert np.array_equal(r.token_adv[m], r.turn_adv[bb.token_row[m]])
+            if name != "sgcd":
+                assert np.array_equal(r.token_adv[m], r.turn_adv[bb.token_row[m]])
 
 
 # ----------------------------------------------------------------------------------------------- I14

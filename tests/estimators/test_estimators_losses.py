@@ -51,9 +51,17 @@ def test_aggregations_worked_example():
     # empty rows are left out of the seq-mean denominators: mean(3, 3) and mean(1.5, 3)
     assert Lo.agg_loss(loss, mask, "seq-mean-token-sum").item() == pytest.approx((3 + 3) / 2)
     assert Lo.agg_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx((1.5 + 3) / 2)
-    # Dr.GRPO: sum / (B * L_norm) = 6 / (3 * 3); with L_norm = 10: 6 / 30
-    assert Lo.agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(6 / 9)
+    # Dr.GRPO: sum / (B * L_norm) with the fixed L_norm (the maximum response length), here 4 and 10:
+    # 6 / (3 * 4) = 0.5 and 6 / (3 * 10) = 0.2; every row counts in B, the empty one included
+    assert Lo.agg_loss(loss, mask, "seq-mean-token-sum-norm", l_norm=4).item() == pytest.approx(6 / 12)
     assert Lo.agg_loss(loss, mask, "seq-mean-token-sum-norm", l_norm=10).item() == pytest.approx(6 / 30)
+    # the same loss padded to width 7: L_norm does not follow the padded width
+    wide = torch.cat([loss, torch.full((3, 4), 9.0, dtype=torch.float64)], 1)
+    wide_mask = torch.cat([mask, torch.zeros(3, 4, dtype=torch.bool)], 1)
+    assert Lo.agg_loss(wide, wide_mask, "seq-mean-token-sum-norm", l_norm=4).item() == pytest.approx(6 / 12)
+    # without l_norm: an error that names l_norm and what to pass, never the padded width (6/9 here)
+    with pytest.raises(ValueError, match="needs l_norm.*maximum response length"):
+        Lo.agg_loss(loss, mask, "seq-mean-token-sum-norm")
     # global denominators (gradient accumulation)
     assert Lo.agg_loss(loss, mask, "token-mean", global_token_count=12).item() == pytest.approx(6 / 12)
     # traj unit: rows 0 and 1 are one trajectory -> (1 + 2 + 3) / 3 tokens, one sequence
@@ -154,6 +162,19 @@ def test_sequence_ratio_forward_and_gradient():
     assert torch.allclose(lr.detach()[0, :2], torch.tensor([0.3, 0.3], dtype=torch.float64))
     torch.exp(lr)[mask].sum().backward()
     assert torch.allclose(logp.grad[0, :2], torch.full((2,), np.exp(0.3), dtype=torch.float64))
+
+
+def test_dr_grpo_recipe_needs_l_norm():
+    logp, old, adv, mask, _ = _rand(3, B=2, L=5, full=True)
+    # the recipe leaves L_norm to the caller: the loss raises until it is given
+    assert Lo.get_recipe("dr_grpo").l_norm is None
+    with pytest.raises(ValueError, match="l_norm"):
+        Lo.policy_loss(logp, old, adv, mask, "dr_grpo")
+    # on-policy (rho = 1): loss = sum(-A) / (B * L_norm) = sum(-A) / (2 * 8)
+    total, _ = Lo.policy_loss(logp, logp, adv, mask, Lo.get_recipe("dr_grpo", l_norm=8))
+    assert total.item() == pytest.approx(float(-adv.sum()) / 16)
+    with pytest.raises(ValueError, match="l_norm must be > 0"):
+        Lo.PolicyLossConfig(agg="seq-mean-token-sum-norm", l_norm=0)
 
 
 def test_k3_kl_and_recipes():
