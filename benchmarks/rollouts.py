@@ -175,21 +175,29 @@ def section_envs(args) -> list[str]:
 # overhead: the runner against a bare loop doing the same env work
 # ---------------------------------------------------------------------------------------------------------------
 def _bare_loop(env_id, split, tasks, seed0, max_turns, text):
-    """Exactly the env-side work of collect_groups (sequential, G=1): make, reset, act, step, prompt."""
+    """Exactly the env-side work of collect_groups (sequential, G=1): make, reset, act, step, prompt, in the runner's
+    order: every active episode one turn, then the next turn (a batched policy needs all prompts of a turn at once;
+    stepping thousands of envs in turn is slower than finishing one episode at a time, and both loops pay that)."""
     t0 = time.process_time()
     envs = [agentgym.make(env_id, split=split, max_turns=max_turns) for _ in tasks]
-    steps = 0
+    rngs = []
     for g, (env, task) in enumerate(zip(envs, tasks)):
         env.reset(seed=seed0 + g, options={"task_id": task})
-        rng = np.random.default_rng([seed0 + g, g, 0])
+        rngs.append(np.random.default_rng([seed0 + g, g, 0]))
         env.prompt()
-        while True:
-            a = "<action>inventory</action>" if text else env.random_action(rng)
+    steps = 0
+    active = list(range(len(envs)))
+    while active:
+        still = []
+        for g in active:
+            env = envs[g]
+            a = "<action>inventory</action>" if text else env.random_action(rngs[g])
             _, _, term, trunc, _ = env.step(a)
             steps += 1
-            if term or trunc:
-                break
-            env.prompt()
+            if not (term or trunc):
+                env.prompt()
+                still.append(g)
+        active = still
     return time.process_time() - t0, steps
 
 
