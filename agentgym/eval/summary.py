@@ -54,8 +54,16 @@ def summarize(rows: Sequence[dict], by: str = "family", order: Sequence[str] = (
     ``reward`` is the mean total reward of an episode (τ-bench's average reward); each episode metric adds
     ``<name>`` and ``<name>_se`` (over the clean episodes that report it)."""
     groups: dict[str, list[dict]] = {}
+    unlabelled = []
     for r in rows:
-        groups.setdefault(str(r.get(by, "all")), []).append(r)
+        if r.get(by) is None:
+            unlabelled.append(r)
+        else:
+            groups.setdefault(str(r[by]), []).append(r)
+    # An env with no families gets the All row alone (not a second copy of it); rows without the key beside
+    # labelled ones are kept visible as their own group.
+    if groups and unlabelled:
+        groups["(none)"] = unlabelled
     metrics = metric_names(rows)
     out = []
     for name in ordered(groups, order) + ["All"]:

@@ -283,3 +283,14 @@ def test_cli_webshop_test_split_oracle_reports_the_ceiling(tmp_path):
     assert total["wins"] == sum(c == 1.0 for c in ceiling.values())
     assert total["score"] == pytest.approx(sum(ceiling.values()) / 500, abs=1e-9)
     assert {r["task_id"]: r["score"] for r in ResultsFile(out).read()} == pytest.approx(ceiling, abs=1e-9)
+
+
+def test_summary_without_families_has_only_the_all_row():
+    # WebShop rows carry no family: the table must not repeat the All row under a made-up family.
+    rows = [dict(won=w, score=float(w), turns=3, total_reward=float(w), error=None) for w in (True, False, True)]
+    table = summarize(rows)
+    assert [r["family"] for r in table] == ["All"]
+    assert table[0]["wins"] == 2
+    mixed = summarize(rows + [dict(family="a", won=False, score=0.0, turns=3, total_reward=0.0, error=None)])
+    assert [r["family"] for r in mixed] == ["(none)", "a", "All"]
+    assert [r["episodes"] for r in mixed] == [3, 1, 4]
