@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import threading
 import time
 
@@ -193,6 +194,22 @@ def test_escape_suite_is_contained_and_evaluation_stays_correct(listener, tmp_pa
             "sqlite URI outside the workspace": (attempt(
                 f"{IMP}('sqlite3.dbapi2', fromlist=['x']).connect('file:/tmp/agentgym-escape.db?mode=rwc', "
                 "uri=True).execute('create table t(x)')"), "sandbox: sqlite database"),
+            # The guard's own helpers, swapped first (and put back): each read still meets the refusal.
+            "read through an object's __fspath__": (attempt(
+                f"print({IMP}('io').FileIO(type('S', (), {{'__fspath__': lambda self: {str(secret)!r}}})()).read())"),
+                "sandbox: open takes only str or bytes"),
+            "read with builtins.any swapped": (attempt(
+                f"b, p = {IMP}('builtins'), {IMP}('posix')\nreal, b.any = b.any, lambda it: True\ntry:\n"
+                f"    assert any([])\n    print(p.read(p.open({str(secret)!r}, 0), 99))\nfinally:\n    b.any = real"),
+                "sandbox: reading"),
+            "read with posixpath's helpers swapped": (attempt(
+                f"pp, p = {IMP}('posixpath'), {IMP}('posix')\nreal = pp._joinrealpath, pp.abspath\n"
+                "pp._joinrealpath = lambda *a, **k: (pp.join(p.getcwd(), 'x'), True)\n"
+                "pp.abspath = lambda path: pp.join(p.getcwd(), 'x')\ntry:\n"
+                "    assert pp.realpath('/etc') == pp.join(p.getcwd(), 'x')\n"
+                f"    print({OPEN}({str(secret)!r}).read())\n"
+                "finally:\n    pp._joinrealpath, pp.abspath = real"), "sandbox: reading"),
+            "a fresh ctypes": (attempt(f"print({IMP}('ctypes').CDLL(None))"), "sandbox: importing _ctypes"),
             "write the base databases through AppWorld's connection": (attempt(
                 f"ml = {IMP}('appworld.apps.model_lib', fromlist=['x'])\n"
                 "c = ml.get_direct_cached_sqlite3_connection("
@@ -206,6 +223,31 @@ def test_escape_suite_is_contained_and_evaluation_stays_correct(listener, tmp_pa
         assert hits == [], "a worker reached the host's listener"
         assert not outside.exists() and not os.path.exists("/tmp/agentgym-pwned")
         assert not os.path.exists("/tmp/agentgym-escape.db")
+
+        # Another process of the same user: no signal reaches it, whether audited or not.
+        victim = subprocess.Popen(["sleep", "60"])
+        try:
+            for name, (code, phrase) in {
+                "os.kill": (attempt(f"{IMP}('posix').kill({victim.pid}, 9)"), "sandbox: os.kill"),
+                "pidfd_open + pidfd_send_signal": (attempt(
+                    f"{IMP}('signal').pidfd_send_signal({IMP}('posix').pidfd_open({victim.pid}), 9)"),
+                    "Operation not permitted"),
+            }.items():
+                if e._worker.unconfined is not None and name.startswith("pidfd"):
+                    continue  # only the kernel's filter stops it
+                obs, r, term, trunc, info = e.step(f"<code>\n{code}\n</code>")
+                assert "CONTAINED" in obs and phrase in obs and "ESCAPED" not in obs and not term, (name, obs)
+            if e._worker.unconfined is None:
+                obs, *_ = e.step(  # libc's kill through cffi: no audit event, only the filter
+                    f"<code>\nb = {IMP}('_cffi_backend')\nlib = b.load_library('libc.so.6')\n"
+                    "ci = b.new_primitive_type('int')\n"
+                    "kill = lib.load_function(b.new_function_type((ci, ci), ci, False), 'kill')\n"
+                    f"print('kill ->', kill({victim.pid}, 9))\n</code>")
+                assert "kill -> -1" in obs, obs
+            assert victim.poll() is None  # it survived every attempt
+        finally:
+            victim.kill()
+            victim.wait()
 
         if e._worker.unconfined is None:
             # cffi reaches libc with no audit event at all: the kernel's seccomp filter is what refuses the fork.
@@ -259,6 +301,9 @@ def test_agent_code_that_breaks_its_worker_fails_the_task():
         "corrupt change log": f"{IMP}('io').FileIO({log!r}, 'a').write(b'not json\\n')\n{IMP}('posix')._exit(0)",
         # The cell itself returns; a thread it left behind kills the worker while it waits for the next cell.
         "thread between cells": f"{IMP}('threading').Timer(0.2, {IMP}('posix')._exit, (5,)).start()",
+        # A thread stops the worker between cells; the next cell is bigger than the pipe holds: its write must not
+        # block forever.
+        "stopped, then a big cell": f"{IMP}('threading').Timer(0.2, {IMP}('signal').raise_signal, (19,)).start()",
     }
     try:
         task = e.get_task(tid)
@@ -274,6 +319,13 @@ def test_agent_code_that_breaks_its_worker_fails_the_task():
                 while e._worker.alive() and time.monotonic() < deadline:
                     time.sleep(0.05)
                 obs, r, term, trunc, info = e.step("<code>print(1)</code>")
+            elif name == "stopped, then a big cell":
+                assert info["process_ok"] and not term, obs
+                state = f"/proc/{e._worker.pid}/stat"
+                deadline = time.monotonic() + 30
+                while open(state).read().rsplit(")", 1)[1].split()[0] != "T" and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                obs, r, term, trunc, info = e.step("<code>print(1)  # " + "x" * 300_000 + "</code>")
             assert term and not trunc and r == 0.0 and not info["won"] and info["process_ok"] is False, (name, obs)
             assert obs.startswith("Execution failed.") and info["error"] is None, (name, obs)
             failure = info["agent_failure"]
@@ -286,7 +338,7 @@ def test_agent_code_that_breaks_its_worker_fails_the_task():
             else:
                 # Evaluated from the last saved state: the note the gold cells created is there.
                 assert not ev["tampered"] and any(c["passed"] for c in ev["checks"][:-1]), (name, ev)
-            if name == "hang":
+            if name in ("hang", "stopped, then a big cell"):
                 assert failure["exception"] == "EpisodeTimeoutError", failure
             elif name == "os._exit":
                 assert "exit code 3" in failure["message"], failure
@@ -329,6 +381,14 @@ def test_corrupt_saved_state_is_a_failed_task_not_an_evaluation_error(env, tmp_p
         result = evaluate(bad)
         assert result["ok"] and not result["success"] and result["tampered"], (name, result)
     assert not evaluate(tmp_path / "missing")["success"]
+    # A state over the evaluator's size cap (sparse: instant) is the agent's doing too, not an error.
+    from agentgym.envs.appworld.evaluator import MAX_STATE_BYTES
+
+    big = tmp_path / "big"
+    shutil.copytree(saved, big)
+    os.truncate(big / "simple_note.jsonl", MAX_STATE_BYTES + 1)
+    result = evaluate(big)
+    assert result["ok"] and not result["success"] and result["tampered"] and "over" in str(result["failures"])
 
 
 def test_killed_worker_is_a_typed_error_and_is_replaced(env):
@@ -347,6 +407,53 @@ def test_killed_worker_is_a_typed_error_and_is_replaced(env):
     assert obs.strip() == "4" and info["process_ok"]
 
 
+def test_control_channel_finalizers_and_forked_children_cannot_upset_the_fork_server(env):
+    import json
+
+    from agentgym.envs.appworld import pool
+
+    env.reset(options={"task_id": "agnotecount_1"})
+    worker, server = env._worker, env._worker.server
+    # A call interrupted between its send and its receive leaves an answer queued: the next call skips it.
+    with server._lock:
+        socket.send_fds(server.sock, [json.dumps({"op": "poll", "pid": 1, "seq": -1}).encode()], [])
+    assert worker.alive()  # the stale answer says "not alive"
+    # A finalizer that runs inside a call to the server (its lock held) must not call it.
+    other = pool.get_pool(env._spec()).acquire()
+    holder = type("Holder", (), {"_worker": other, "__del__": type(env).__del__})()
+    with server._lock:
+        t = threading.Thread(target=holder.__del__, daemon=True)
+        t.start()
+        t.join(30)
+        assert not t.is_alive(), "the finalizer waited for the server's lock"
+    assert other.closed and other in pool._ABANDONED
+    pool._dispose_abandoned()
+    assert not os.path.exists(other.workspace) and other.status is not None
+    # A child that ended on its own is reaped at the server's next message (no zombie waits for a poll of it), and
+    # how it ended is still reported.
+    gone = pool.Worker(env._spec())
+    gone.wait_ready()
+    gone._close_pipes()  # its request pipe's EOF ends it
+    deadline = time.monotonic() + 30
+    while open(f"/proc/{gone.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert worker.alive()  # any message
+    assert not os.path.exists(f"/proc/{gone.pid}")
+    gone.dispose()
+    assert gone.status == "exit code 0"
+    # A raw fork of this process exits through the pool's atexit hook: the parent's server must survive it.
+    pid = os.fork()
+    if pid == 0:
+        try:
+            pool._close_all()
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert server.alive() and worker.alive()
+    obs, *_ = env.step("<code>print(2 + 2)</code>")
+    assert obs.strip() == "4"
+
+
 def test_every_episode_gets_a_fresh_worker_and_taint_is_the_parents(env):
     env.reset(options={"task_id": "agvenmobal_1"})
     first = env._worker
@@ -356,10 +463,13 @@ def test_every_episode_gets_a_fresh_worker_and_taint_is_the_parents(env):
     obs, info = env.reset(options={"task_id": "agvenmobal_2"})
     assert env._worker is not first and env._worker.pid != first.pid and "Venmo balance" in obs
     assert first.closed and not os.path.exists(first.workspace)
-    # Limits are applied to each worker (RLIMIT_NPROC too: fork-bomb containment that does not rely on the hook).
+    # Limits are applied to each worker; RLIMIT_NPROC (fork-bomb containment that does not rely on the hook) only
+    # where the kernel's filter is unavailable: it counts every thread of the user.
     limits = open(f"/proc/{env._worker.pid}/limits").read()
+    assert next(line for line in limits.splitlines() if line.startswith("Max core file size")).split()[4] == "0"
     nproc = next(line for line in limits.splitlines() if line.startswith("Max processes")).split()[2]
-    assert nproc.isdigit(), limits
+    own = next(line for line in open("/proc/self/limits").read().splitlines() if line.startswith("Max processes"))
+    assert (nproc == own.split()[2]) is (env._worker.unconfined is None), limits
 
 
 def test_reset_is_reproducible_and_random_policy_runs(env):

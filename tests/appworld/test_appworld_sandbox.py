@@ -144,6 +144,26 @@ def test_audit_hook_confines_files_processes_and_sockets(tmp_path, listener):
         import importlib.util
         attempt("fresh _posixsubprocess",
                 lambda: importlib.util.module_from_spec(importlib.util.find_spec("_posixsubprocess")))
+        # The hook's own helpers, swapped by agent code: each swap is checked to have taken effect.
+        class Sneaky:
+            def __fspath__(self):
+                return {str(outside)!r}
+        import io
+        attempt("read through __fspath__", lambda: print(io.FileIO(Sneaky()).read()))
+        import builtins
+        real_any, builtins.any = builtins.any, lambda it: True
+        assert any([])
+        # (os.open: its mode is None, so the hook's only use of any() is the read check)
+        attempt("read with builtins.any swapped", lambda: print(os.read(os.open({str(outside)!r}, os.O_RDONLY), 99)))
+        builtins.any = real_any
+        import posixpath
+        saved = posixpath._joinrealpath, posixpath.abspath
+        posixpath._joinrealpath = lambda *a, **k: ({str(ws / 'x')!r}, True)
+        posixpath.abspath = lambda p: {str(ws / 'x')!r}
+        assert os.path.realpath("/etc") == {str(ws / 'x')!r}
+        attempt("read with posixpath swapped", lambda: print(open({str(outside)!r}).read()))
+        posixpath._joinrealpath, posixpath.abspath = saved
+        attempt("open a directory outside", lambda: os.open({str(world)!r}, os.O_RDONLY))
         sys.stdout.flush()
     """)
     out = _run(code, SandboxLimits(network=False), str(ws)).stdout
@@ -154,6 +174,9 @@ def test_audit_hook_confines_files_processes_and_sockets(tmp_path, listener):
                      "sqlite memory": "ALLOWED", "sqlite shared memory": "ALLOWED",
                      "sqlite memory then rwc": "REFUSED", "sqlite read-only world": "ALLOWED",
                      "sqlite escaped path": "REFUSED", "read world": "ALLOWED", "read ground truth": "REFUSED",
-                     "fresh _posixsubprocess": "REFUSED"}, out
+                     "fresh _posixsubprocess": "REFUSED", "read through __fspath__": "REFUSED",
+                     "read with builtins.any swapped": "REFUSED", "read with posixpath swapped": "REFUSED",
+                     "open a directory outside": "REFUSED"}, out
+    assert "OUTSIDE-SECRET" not in out
     assert outside.exists() and not (tmp_path / "new.txt").exists()
     assert not (tmp_path / "x.db").exists() and not (tmp_path / "y.db").exists()

@@ -40,7 +40,7 @@ from ...errors import AGENT_CODE, AgentGymError, EpisodeTimeoutError, ErrorRecor
 from ...parsing import ParsedAction
 from ...prompts import PromptTemplate
 from . import OFFICIAL_SPLITS, OUR_SPLITS
-from .pool import EXPERIMENT, Worker, WorkerSpec, get_pool, run_evaluator
+from .pool import EXPERIMENT, EvaluationError, Worker, WorkerSpec, get_pool, run_evaluator
 from .sandbox import SandboxLimits
 from .setup import require_install
 from .tasks import AppWorldTask, Build, ensure_build, load_tasks, official_root, official_task_ids, scenario_of
@@ -187,10 +187,15 @@ class AppWorldEnv(AgentEnv):
             worker.dispose()
 
     def __del__(self) -> None:
-        try:
-            self._drop_worker()
-        except Exception:  # noqa: BLE001 - interpreter shutdown; the pool's atexit hook cleans up
-            pass
+        # Never a call to the fork server here: the garbage collector may run this inside one (its lock is not
+        # reentrant). The pool disposes of the worker later.
+        worker = getattr(self, "_worker", None)
+        if worker is not None:
+            self._worker = None
+            try:
+                worker.abandon()
+            except Exception:  # noqa: BLE001 - interpreter shutdown; the pool's atexit hook cleans up
+                pass
 
     def close(self) -> None:
         self._drop_worker()
@@ -265,8 +270,18 @@ class AppWorldEnv(AgentEnv):
         try:
             worker.kill()  # the state AppWorld saved after the last cell is final; nothing may touch it now
             _, full, manifest = self._paths()
-            result = run_evaluator(str(self.install.python), full, manifest, self.task.task_id,
-                                   worker.output_dbs(self.task.task_id), str(self.install.scratch_dir))
+            try:
+                result = run_evaluator(str(self.install.python), full, manifest, self.task.task_id,
+                                       worker.output_dbs(self.task.task_id), str(self.install.scratch_dir))
+            except EvaluationError as e:
+                if self._agent_failure is None or not worker.tainted:
+                    raise
+                # The agent's code broke its worker and left a state the evaluator cannot handle (it controls its
+                # size, for one): the scored failure must not turn into an unscored error.
+                logger.info("AppWorld task %s: the state left by the broken worker was not evaluated: %s",
+                            self.task.task_id, e)
+                result = {"success": False, "num_tests": 1, "passes": [], "tampered": True, "failures": [
+                    {"requirement": "the saved state could be evaluated", "trace": str(e)[:2000]}]}
         finally:
             self._drop_worker()
         checks = [{"requirement": p["requirement"], "passed": True} for p in result["passes"]]

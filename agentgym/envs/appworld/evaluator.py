@@ -9,11 +9,11 @@ never the worker) into its own scratch root after checking that every change is 
 the app's tables, checks that they load, and runs ``appworld.evaluator.evaluate_task``. Agent code that patched
 the evaluator inside its worker therefore has no effect here.
 
-Returns ``{"ok": true, "success": bool, "num_tests": int, "passes": [...], "failures": [...]}``, or ``{"ok":
-false, "error": str}`` when the evaluation itself failed (a damaged build, an AppWorld error on a clean state). A
-saved state that is missing, malformed, holds anything but row changes, or does not load is a *failed task*
-(``success`` false with a failure naming the problem, ``"tampered": true``), not an error: the state is the agent's
-doing.
+Returns ``{"ok": true, "success": bool, "num_tests": int, "passes": [...], "failures": [...]}``, or ``{"ok": false,
+"error": str}`` when the evaluation itself failed (a damaged build, an AppWorld error on a clean state). A saved
+state that is missing, malformed, over :data:`MAX_STATE_BYTES`, holds anything but row changes, or does not load is
+a *failed task* (``success`` false with a failure naming the problem, ``"tampered": true``), not an error: the state
+is the agent's doing.
 """
 
 import hashlib
@@ -24,6 +24,9 @@ import shutil
 
 _ALLOWED_SQL = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\s", re.IGNORECASE)
 _EXPERIMENT = "agentgym-eval"
+#: the most bytes of saved state evaluated: the agent controls its size (up to RLIMIT_FSIZE per file), and a real
+#: episode's changes are kilobytes; more is a tampered state, not work for the evaluator
+MAX_STATE_BYTES = 64 * 1024**2
 
 
 def _sha256(path):
@@ -54,10 +57,14 @@ def _copy_changes(src, dst):
     if not os.path.isdir(src) or os.path.islink(src):
         return "the episode left no saved state"
     os.makedirs(dst, exist_ok=True)
+    total = 0
     for name in sorted(os.listdir(src)):
         path = os.path.join(src, name)
         if not os.path.isfile(path) or os.path.islink(path):
             return f"unexpected entry in the saved state: {name}"
+        total += os.path.getsize(path)
+        if total > MAX_STATE_BYTES:
+            return f"the saved state is over {MAX_STATE_BYTES} bytes"
         try:
             if name == "model_hashes.json":
                 with open(path) as f:

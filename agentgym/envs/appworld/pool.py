@@ -8,8 +8,12 @@ gets a process of its own and no process ever hosts a second world.
 
 A worker child forbids itself every new process at the kernel level (a seccomp filter; a warning is logged once
 where the kernel does not allow it). It speaks JSON lines over two pipes. Every request carries a fresh random
-``id`` that the reply must repeat: lines that agent code writes into the reply pipe (``os.write`` is not audited)
-cannot know it and are skipped, and a line longer than :data:`MAX_LINE_BYTES` ends the worker. The parent trusts
+``id`` that the reply must repeat, and lines that carry another are skipped: a line that agent code writes into the
+reply pipe (``os.write`` is not audited) cannot answer a request it does not know. Agent code *can* learn the id
+of the request running it (frame introspection through ``object.__getattribute__`` is not refused), and so fake the
+observation and ``process_ok`` of its own episode -- nothing more: the evaluation reads only the saved state, in a
+fresh process. A line longer than :data:`MAX_LINE_BYTES` ends the worker. Requests are written with a deadline too:
+a worker that stopped reading is killed. The parent trusts
 nothing else a worker says: it marks a worker *tainted* itself as soon as it has sent it a code cell, never reuses a
 worker for another episode, and builds the path of the saved state itself (:meth:`Worker.output_dbs`).
 
@@ -39,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import AgentGymError, EnvCrashError, EpisodeTimeoutError
-from .sandbox import SandboxLimits, limit_setter, rlimits, sandbox_command, scrubbed_env
+from .sandbox import SandboxLimits, rlimits, sandbox_command, scrubbed_env
 
 __all__ = ["Worker", "WorkerPool", "WorkerSpec", "run_evaluator", "get_pool", "get_server", "close_servers",
            "EvaluationError", "EXPERIMENT", "MAX_LINE_BYTES"]
@@ -131,12 +135,15 @@ class _Server:
         self._log_path = os.path.join(self.home, ".server.log")
         t0 = time.monotonic()
         with open(self._log_path, "wb") as log:
+            # Its own session (close() kills the whole group); no preexec_fn: this process may have threads, and
+            # the server sets its own rlimits.
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.home,
                                          env=scrubbed_env(self.home), pass_fds=(theirs.fileno(),),
-                                         preexec_fn=limit_setter(None))
+                                         start_new_session=True)
         theirs.close()
         self.sock = ours
         self._lock = threading.Lock()
+        self._seq = 0
         try:
             ready = self._recv(start_seconds, "start-up")
         except AgentGymError:
@@ -156,7 +163,17 @@ class _Server:
         except OSError:
             return ""
 
-    def _recv(self, timeout: float, what: str) -> dict:
+    def _recv(self, timeout: float, what: str, seq: int | None = None) -> dict:
+        """The next answer (with ``seq``, the one to that message: answers left over from a call that was interrupted
+        between its send and its receive are skipped)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = self._recv_one(max(0.001, deadline - time.monotonic()), what)
+            if seq is None or answer.get("seq") == seq:
+                return answer
+            logger.info("skipped a stale answer of the AppWorld fork server: %r", answer)
+
+    def _recv_one(self, timeout: float, what: str) -> dict:
         self.sock.settimeout(timeout)
         try:
             data = self.sock.recv(1 << 16)
@@ -177,12 +194,13 @@ class _Server:
         with self._lock:
             if not self.alive():
                 raise EnvCrashError("the AppWorld fork server is not running")
+            self._seq += 1
             try:
-                socket.send_fds(self.sock, [json.dumps(msg).encode()], list(fds))
+                socket.send_fds(self.sock, [json.dumps({**msg, "seq": self._seq}).encode()], list(fds))
             except OSError as e:
                 self.close()
                 raise EnvCrashError(f"the AppWorld fork server is gone ({e})") from e
-            answer = self._recv(timeout, msg["op"])
+            answer = self._recv(timeout, msg["op"], self._seq)
         if "error" in answer:
             raise EnvCrashError(f"the AppWorld fork server refused {msg['op']}: {answer['error']}")
         return answer
@@ -217,6 +235,12 @@ class _Server:
         return self.proc.poll() is None
 
     def close(self) -> None:
+        """Close the control socket (on EOF the server kills its children and exits), then SIGKILL what is left."""
+        self.sock.close()
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, 9)
@@ -226,7 +250,6 @@ class _Server:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             logger.error("the AppWorld fork server %d did not exit after SIGKILL", self.proc.pid)
-        self.sock.close()
         shutil.rmtree(self.home, ignore_errors=True)
 
 
@@ -298,7 +321,8 @@ class Worker:
             shutil.rmtree(self.workspace, ignore_errors=True)
             raise
         assert req_w is not None
-        self._requests = os.fdopen(req_w, "wb")
+        os.set_blocking(req_w, False)  # writes wait in select() against the request's deadline (_send)
+        self._req_fd = req_w
         self._replies = _Channel(resp_r, self.pid)
         self._ready = False
         self.closed = False
@@ -361,19 +385,37 @@ class Worker:
             raise EnvCrashError(f"AppWorld worker {self.pid} is closed ({self.status})")
         self.wait_ready()
         rid = secrets.token_hex(16)
-        try:
-            self._requests.write((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode("utf-8"))
-            self._requests.flush()
-        except OSError as e:
-            self.kill()
-            raise EnvCrashError(f"AppWorld worker {self.pid} is gone ({e}; {self.status}); stderr tail:\n"
-                                f"{self._stderr_tail()}") from None
-        if op == "execute":
-            self.tainted = True
-        reply = self._next(rid, self.spec.limits.wall_seconds_per_request if timeout is None else timeout, op)
+        timeout = self.spec.limits.wall_seconds_per_request if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        self._send((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode("utf-8"), deadline, op)
+        reply = self._next(rid, max(0.0, deadline - time.monotonic()), op)
         if not reply.get("ok"):
             raise EnvCrashError(f"AppWorld worker {self.pid} failed {op}: {reply.get('error')}")
         return reply
+
+    def _send(self, data: bytes, deadline: float, op: str) -> None:
+        """Write a request before ``deadline``: a worker that stopped reading (a thread of an earlier cell can
+        SIGSTOP it) is killed instead of blocking this process once the pipe is full."""
+        view = memoryview(data)
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise EpisodeTimeoutError(f"AppWorld worker {self.pid} did not take the {op} request within the "
+                                          "time limit and was killed")
+            try:
+                if not select.select([], [self._req_fd], [], left)[1]:
+                    continue
+                n = os.write(self._req_fd, view)
+            except BlockingIOError:
+                continue
+            except OSError as e:
+                self.kill()
+                raise EnvCrashError(f"AppWorld worker {self.pid} is gone ({e}; {self.status}); stderr tail:\n"
+                                    f"{self._stderr_tail()}") from None
+            if op == "execute":
+                self.tainted = True  # (part of) a code cell reached it
+            view = view[n:]
 
     def output_dbs(self, task_id: str) -> str:
         """Where AppWorld saves this worker's world state after every cell (built here, never asked of the worker)."""
@@ -391,10 +433,13 @@ class Worker:
                 except (ProcessLookupError, PermissionError):
                     pass
                 self.status = "killed (fork server gone)"
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
         if not self.closed:
             self.closed = True
             try:
-                self._requests.close()
+                os.close(self._req_fd)
             except OSError:
                 pass
             self._replies.close()
@@ -403,6 +448,13 @@ class Worker:
         """Kill it and delete its workspace."""
         self.kill()
         shutil.rmtree(self.workspace, ignore_errors=True)
+
+    def abandon(self) -> None:
+        """Dispose of it later, from a safe place (:func:`_dispose_abandoned`): for finalizers, which may run inside
+        a call to the fork server (its lock is not reentrant), so they must not call it. Closing the pipes already
+        ends a worker that is waiting for a request."""
+        self._close_pipes()
+        _ABANDONED.append(self)
 
 
 class WorkerPool:
@@ -417,6 +469,7 @@ class WorkerPool:
 
     def acquire(self) -> Worker:
         """A live worker, ready for ``reset``; dead spares are discarded and replaced."""
+        _dispose_abandoned()
         with self._lock:
             worker = None
             while self._idle:
@@ -429,16 +482,26 @@ class WorkerPool:
                 w.dispose()
             if worker is None:
                 worker = Worker(self.spec)
-            while len(self._idle) < self.spares:
-                self._idle.append(Worker(self.spec))
+            try:
+                while len(self._idle) < self.spares:
+                    self._idle.append(Worker(self.spec))
+            except BaseException:
+                worker.dispose()
+                raise
         try:
             worker.wait_ready()
-        except AgentGymError:
+        except BaseException as e:
             worker.dispose()
+            if not isinstance(e, AgentGymError):
+                raise
             self.replaced += 1
             logger.warning("AppWorld worker failed to start; starting another")
             worker = Worker(self.spec)
-            worker.wait_ready()
+            try:
+                worker.wait_ready()
+            except BaseException:
+                worker.dispose()
+                raise
         return worker
 
     def close(self) -> None:
@@ -467,16 +530,45 @@ def _sweep_orphans(scratch_dir: str) -> None:
 
 
 _POOLS: dict[WorkerSpec, WorkerPool] = {}
+_POOLS_LOCK = threading.Lock()
 #: every started worker, so that none outlives this process (envs that were never closed included)
 _LIVE: "weakref.WeakSet[Worker]" = weakref.WeakSet()
+#: workers a finalizer gave up (:meth:`Worker.abandon`), disposed of at the next acquire or at exit
+_ABANDONED: list[Worker] = []
+#: the process that owns the servers and workers above (a raw ``os.fork()`` child inherits them, not their ownership)
+_OWNER = os.getpid()
+
+
+def _dispose_abandoned() -> None:
+    while _ABANDONED:
+        try:
+            worker = _ABANDONED.pop()
+        except IndexError:  # another thread took the last one
+            break
+        worker.dispose()
+
+
+def _forget_inherited() -> None:
+    """In a forked child: the servers, pools and workers are the parent's -- forget them, never kill them."""
+    global _SERVERS_LOCK, _POOLS_LOCK, _OWNER
+    _SERVERS.clear()
+    _POOLS.clear()
+    _LIVE.clear()
+    _ABANDONED.clear()
+    _SERVERS_LOCK, _POOLS_LOCK = threading.Lock(), threading.Lock()  # another thread may have held them
+    _OWNER = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
 
 
 def get_pool(spec: WorkerSpec, spares: int = 1) -> WorkerPool:
     """The process-wide pool for ``spec`` (shared by every env with the same spec)."""
-    pool = _POOLS.get(spec)
-    if pool is None:
-        pool = _POOLS[spec] = WorkerPool(spec, spares=spares)
-    return pool
+    with _POOLS_LOCK:
+        pool = _POOLS.get(spec)
+        if pool is None:
+            pool = _POOLS[spec] = WorkerPool(spec, spares=spares)
+        return pool
 
 
 def close_servers() -> None:
@@ -489,7 +581,10 @@ def close_servers() -> None:
 
 @atexit.register
 def _close_all() -> None:
-    for pool in _POOLS.values():
+    if os.getpid() != _OWNER:
+        return  # belt and braces with _forget_inherited: never stop the parent's servers
+    _dispose_abandoned()
+    for pool in list(_POOLS.values()):
         pool.close()
     for worker in list(_LIVE):
         worker.dispose()

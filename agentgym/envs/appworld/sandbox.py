@@ -5,12 +5,15 @@
   not, a WARNING says so in the logs and the worker relies on its audit hook alone (which refuses every socket
   connect/bind/sendto).
 * **Limits** (``resource.setrlimit``, :func:`rlimits`): address space (memory), CPU seconds, file size, open
-  files, processes (``RLIMIT_NPROC``: the user's current count plus :attr:`SandboxLimits.processes`, so a fork bomb
-  that got past the audit hook stops there -- the kernel does not apply it to root) and no core dumps. A worker
-  lowers them itself right after the fork server forks it (:mod:`.pool`). Wall-clock limits are enforced by the
-  pool, which kills the whole process group.
-* **No new processes**: each worker installs a seccomp filter right after it is forked (``worker.py``), so the
-  kernel refuses fork/exec/spawn whatever code asks; a WARNING says so where the kernel does not allow it.
+  files and no core dumps. A worker lowers them itself right after the fork server forks it (:mod:`.pool`).
+  Processes (``RLIMIT_NPROC``: the user's current count plus :attr:`SandboxLimits.processes`, so a fork bomb that
+  got past the audit hook stops there -- the kernel does not apply it to root) only where the seccomp filter below
+  could not be installed: the kernel counts every thread of the user against it, so on a busy machine it could
+  starve AppWorld's own threads, and the filter refuses every new process anyway. Wall-clock limits are enforced by
+  the pool, which kills the whole process group.
+* **No new processes, no reaching others**: each worker installs a seccomp filter right after it is forked
+  (``worker.py``), so the kernel refuses fork/exec/spawn, ptrace, process_vm_*, pidfd_* and signals to any other
+  process whatever code asks; a WARNING says so where the kernel does not allow it.
 * **Workspace**: a fresh directory per worker, its cwd and HOME; the audit hook refuses writes outside it and reads
   outside it, the world data and the Python installation.
 * **Scrubbed environment**: only ``PATH``, ``HOME``, ``LANG``, ``TZ`` and ``PYTHONHASHSEED`` pass; the worker runs
@@ -45,7 +48,8 @@ class SandboxLimits:
         open_files: RLIMIT_NOFILE.
         cell_timeout_seconds: AppWorld's own per-cell timeout (an "Execution failed" observation, not a kill).
         network: request network isolation (a namespace when available).
-        processes: RLIMIT_NPROC headroom: processes and threads the worker may add to those its user already runs.
+        processes: RLIMIT_NPROC headroom: processes and threads the worker may add to those its user already runs
+            (applied only where the seccomp filter is unavailable).
     """
 
     memory_bytes: int = 3 * 1024**3

@@ -15,15 +15,17 @@ messages (one JSON datagram each, answered by one):
 * ``{"op": "kill", "pid": int}`` -> kills the child's process group, reaps it -> ``{"status": str}`` (how it ended).
 * ``{"op": "poll", "pid": int}`` -> ``{"alive": bool, "status": str or null}``; a dead child is reaped by the poll.
 
-Children are reaped only by these two, and the server forgets a pid once reaped: a pid can never name a process
-that merely reused it.
+Every message carries a ``seq`` that its answer repeats (the parent skips answers to a call it gave up on). The
+server reaps ended children before each message and remembers how they ended until a kill or poll asks; it forgets
+a pid once reported: a pid can never name a process that merely reused it.
 
 **A worker child** (``role`` ``worker``; ``workspace``, ``world_data``, ``timeout_seconds``, ``max_interactions``,
 ``limits``) makes its own session, lowers its rlimits, points stdout/stderr at ``workspace/.worker-stderr.log``
 (stray prints cannot reach the protocol), forbids itself new processes, writes ``{"ready": true, "id": ...,
 "unconfined": null or why the kernel filter could not be installed}`` and serves JSON-lines requests
-``{"id": nonce, "op": ...}``; every reply repeats the request's ``id`` (a per-request secret of the parent, so a line
-that agent code writes to the reply pipe is recognised as forged and ignored):
+``{"id": nonce, "op": ...}``; every reply repeats the request's ``id`` (a per-request nonce of the parent: a line
+that agent code writes to the reply pipe without it is ignored; agent code can read the id of its own request by
+frame introspection and so fake its own cell's reply, never the evaluation):
 
 * ``{"op": "reset", "task_id": ..., "experiment": ...}`` -> ``{"ok": true, "instruction", "supervisor",
   "app_descriptions", "datetime"}``. Once per process: a second reset is refused (the parent starts a fresh child
@@ -39,25 +41,28 @@ it keeps the taint itself and builds every path itself.
 beside this one), writes one result line and exits. It never runs agent code.
 
 **The guard.** Before the first agent cell runs, a worker child installs an audit hook (PEP 578; it cannot be
-removed) that refuses: opening files for writing outside the workspace, and for reading outside the workspace, the
-Python installation and what the task's world needs (``data/api_docs``, ``data/base_dbs``,
-``data/tasks/<task>/specs.json`` and ``.../dbs`` -- never a ``ground_truth`` folder); SQLite databases opened
-outside the workspace (``sqlite3.connect`` opens files without an ``open`` event) except in-memory ones and
-read-only (``mode=ro``) URIs of those world files; any socket connect/bind/sendto; process creation (fork, exec,
-spawn, posix_spawn, subprocess, os.system) and fresh imports of the modules that create processes or
-interpreters behind the audit events (``_posixsubprocess``, ``_xxsubinterpreters``...); ctypes library loading;
-and frame/gc introspection that could reach the hook's own state. The server also replaces
-``_posixsubprocess.fork_exec`` (which forks and execs with no audit event) by a refusal, and makes AppWorld open
-its base databases read-only. The hook is a second line behind the OS-level limits: network namespace, rlimits,
-wall-clock kill, and a seccomp filter each worker installs right after the fork (:func:`_forbid_new_processes`)
-that makes the kernel refuse every new process -- C code the agent reaches without an audit event (cffi is
-installed in AppWorld's venv) can still open files the hook would refuse.
+removed; it binds everything it uses when installed, so agent code cannot swap its helpers, and it accepts paths
+only as exact ``str``/``bytes``) that refuses: opening files for writing outside the workspace, opening a directory
+outside it, and for reading outside the workspace, the Python installation and what the task's world needs
+(``data/api_docs``, ``data/base_dbs``, ``data/tasks/<task>/specs.json`` and ``.../dbs`` -- never a ``ground_truth``
+folder); SQLite databases opened outside the workspace (``sqlite3.connect`` opens files without an ``open`` event)
+except in-memory ones and read-only (``mode=ro``) URIs of those world files; any socket connect/bind/sendto; process
+creation (fork, exec, spawn, posix_spawn, subprocess, os.system) and fresh imports of the modules that create
+processes or interpreters behind the audit events (``_posixsubprocess``, ``_xxsubinterpreters``...); ctypes library
+loading; and ``sys._current_frames``/gc introspection. The server also replaces
+``_posixsubprocess.fork_exec`` (which forks and execs with no audit event) by a refusal, and makes AppWorld open its
+base databases read-only. The hook is a second line behind the OS-level limits: network namespace, rlimits,
+wall-clock kill, and a seccomp filter each worker installs right after the fork (:func:`_forbid_new_processes`) that
+makes the kernel refuse every new process and every ptrace, pidfd or signal aimed at another process -- C code the
+agent reaches without an audit event (cffi is installed in AppWorld's venv) can still open files the hook would
+refuse.
 """
 
 import json
 import os
 import signal
 import socket
+import stat
 import sys
 
 _FAIL_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -67,10 +72,57 @@ _BLOCKED_IMPORTS = ("_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels
                     "_testcapi", "_testinternalcapi", "_testmultiphase", "uvloop", "_ctypes", "_cffi_backend")
 
 
+def _private_realpath(_getcwd=os.getcwd, _lstat=os.lstat, _readlink=os.readlink, _islnk=stat.S_ISLNK,
+                      _oserror=OSError, _perm=PermissionError):
+    """A ``realpath`` for str paths whose every dependency is bound now: ``posixpath.realpath`` looks its helpers
+    (``_joinrealpath``, ``abspath``, ``os.lstat``...) up in module globals that agent code can replace. Missing
+    components are kept as they are (as ``realpath`` does); more than 40 symlinks is refused (ELOOP)."""
+
+    def realpath(path):
+        if not path.startswith("/"):
+            path = _getcwd() + "/" + path
+        todo = path.split("/")
+        todo.reverse()
+        resolved = []
+        hops = 0
+        while todo:
+            name = todo.pop()
+            if name == "" or name == ".":
+                continue
+            if name == "..":
+                if resolved:
+                    resolved.pop()
+                continue
+            candidate = "/" + "/".join(resolved) + ("/" if resolved else "") + name
+            try:
+                is_link = _islnk(_lstat(candidate).st_mode)
+            except _oserror:
+                is_link = False
+            if not is_link:
+                resolved.append(name)
+                continue
+            hops += 1
+            if hops > 40:
+                raise _perm(f"sandbox: too many symlinks in {path}")
+            target = _readlink(candidate)
+            if target.startswith("/"):
+                resolved = []
+            more = target.split("/")
+            more.reverse()
+            todo += more
+        return "/" + "/".join(resolved)
+
+    return realpath
+
+
 def _install_guard(workspace, read_roots):
-    """Install the audit hook. Everything it uses is bound as immutable defaults (tuples, str, builtins)."""
-    ws = os.path.realpath(workspace) + os.sep
-    reads = tuple(os.path.realpath(r).rstrip(os.sep) + os.sep for r in read_roots) + (ws,)
+    """Install the audit hook. Everything it uses is bound now, as defaults (builtins included: agent code can
+    replace ``builtins.any`` or ``posixpath``'s helpers, not a function's defaults). Paths must be exactly ``str``
+    or ``bytes`` (a descriptor exactly ``int``): for any other object the hook and the opener would each call its
+    ``__fspath__``, and it could answer differently the second time."""
+    realpath = _private_realpath()
+    ws = realpath(os.path.realpath(workspace)) + "/"
+    reads = tuple(realpath(os.path.realpath(r)).rstrip("/") + "/" for r in read_roots) + (ws,)
     device_ok = ("/dev/null", "/dev/urandom", "/dev/random")
     blocked = frozenset({
         "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
@@ -83,37 +135,65 @@ def _install_guard(workspace, read_roots):
     })
     blocked_imports = frozenset(_BLOCKED_IMPORTS)
     memory_params = frozenset({"mode=memory", "cache=shared"})
+    path_events = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.truncate", "os.utime"})
 
-    def hook(event, args, _blocked=blocked, _ws=ws, _reads=reads, _dev=device_ok, _realpath=os.path.realpath,
-             _isinstance=isinstance, _str=str, _bytes=bytes, _flags=_FAIL_WRITE_FLAGS, _sep=os.sep,
-             _perm=PermissionError, _fspath=os.fspath, _imports=blocked_imports, _memory=memory_params,
-             _frozenset=frozenset):
+    def as_path(path, what, _type=type, _str=str, _bytes=bytes, _int=int, _perm=PermissionError):
+        """``path`` as a str, None for a descriptor; refuses every other type (see above)."""
+        kind = _type(path)
+        if kind is _str:
+            return path
+        if kind is _bytes:
+            return path.decode("utf-8", "surrogateescape")  # the bytes the kernel will see, one to one
+        if kind is _int:
+            return None
+        raise _perm(f"sandbox: {what} takes only str or bytes paths here, not {kind.__name__}")
+
+    def readable(target, _reads=reads):
+        if "/ground_truth/" in target:
+            return False
+        for root in _reads:
+            if target.startswith(root):
+                return True
+        return False
+
+    def hook(event, args, _blocked=blocked, _ws=ws, _dev=device_ok, _realpath=realpath, _as_path=as_path,
+             _readable=readable, _type=type, _int=int, _str=str, _flags=_FAIL_WRITE_FLAGS, _perm=PermissionError,
+             _imports=blocked_imports, _memory=memory_params, _frozenset=frozenset, _path_events=path_events,
+             _stat=os.stat, _isdir=stat.S_ISDIR, _oserror=OSError):
         if event in _blocked:
             raise _perm(f"sandbox: {event} is not allowed")
         if event == "open":
             path, mode, flags = args
-            if not _isinstance(path, (_str, _bytes)):
+            path = _as_path(path, "open")
+            if path is None:
                 return  # an already open file descriptor
-            if _isinstance(path, _bytes):
-                path = path.decode("utf-8", "replace")
             real = _realpath(path)
             if real in _dev:
                 return
-            writing = (mode is not None and any(c in mode for c in "wax+")) or (
-                mode is None and _isinstance(flags, int) and flags & _flags)
-            target = real + _sep
+            if mode is not None:
+                writing = _type(mode) is not _str or "w" in mode or "a" in mode or "x" in mode or "+" in mode
+            else:
+                writing = _type(flags) is not _int or flags & _flags
+            target = real + "/"
             if writing:
                 if not target.startswith(_ws):
                     raise _perm(f"sandbox: writing {path} is outside the workspace")
-            elif not any(target.startswith(r) for r in _reads) or (_sep + "ground_truth" + _sep) in target:
+            elif not _readable(target):
                 raise _perm(f"sandbox: reading {path} is outside the workspace")
+            if not target.startswith(_ws):
+                # A descriptor of a directory outside the workspace would let ``dir_fd=`` calls (whose audit events
+                # do not carry it) write relative to it.
+                try:
+                    is_dir = _isdir(_stat(real).st_mode)
+                except _oserror:
+                    is_dir = False
+                if is_dir:
+                    raise _perm(f"sandbox: opening the directory {path} is not allowed")
         elif event == "sqlite3.connect":
-            db = args[0]
-            if _isinstance(db, _bytes):
-                db = db.decode("utf-8", "replace")
-            elif not _isinstance(db, _str):
-                db = _fspath(db)
-            if db in ("", ":memory:"):
+            db = _as_path(args[0], "sqlite3.connect")
+            if db is None:
+                raise _perm("sandbox: sqlite3.connect needs a path")
+            if db == "" or db == ":memory:":
                 return
             if db.startswith("file:"):
                 # A URI (when the caller passes uri=True; otherwise a file of that odd name in the workspace, which
@@ -124,31 +204,26 @@ def _install_guard(workspace, read_roots):
                     raise _perm(f"sandbox: sqlite database {db!r} is not allowed")
                 if params.count("mode=memory") == 1 and _frozenset(params) <= _memory:
                     return  # in memory: no file at all
-                if params == ["mode=ro"]:
-                    target = _realpath(path) + _sep
-                    if any(target.startswith(r) for r in _reads) and (_sep + "ground_truth" + _sep) not in target:
-                        return
+                if params == ["mode=ro"] and _readable(_realpath(path) + "/"):
+                    return
                 db = path
-            if not (_realpath(db) + _sep).startswith(_ws):
+            if not (_realpath(db) + "/").startswith(_ws):
                 raise _perm(f"sandbox: sqlite database {db} is outside the workspace")
         elif event == "import":
             if args[0] in _imports:
                 raise _perm(f"sandbox: importing {args[0]} is not allowed")
-        elif event in ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.truncate", "os.utime"):
-            path = args[0]
-            if _isinstance(path, (_str, _bytes)):
-                if _isinstance(path, _bytes):
-                    path = path.decode("utf-8", "replace")
-                if not (_realpath(path) + _sep).startswith(_ws):
-                    raise _perm(f"sandbox: {event} on {path} is outside the workspace")
+        elif event in _path_events:
+            path = _as_path(args[0], event)
+            if path is not None and not (_realpath(path) + "/").startswith(_ws):
+                raise _perm(f"sandbox: {event} on {path} is outside the workspace")
+            if event == "os.rename":
+                dst = _as_path(args[1], event)
+                if dst is not None and not (_realpath(dst) + "/").startswith(_ws):
+                    raise _perm(f"sandbox: {event} to {dst} is outside the workspace")
         elif event == "os.listdir" or event == "os.scandir":
-            path = args[0]
-            if _isinstance(path, (_str, _bytes)):
-                if _isinstance(path, _bytes):
-                    path = path.decode("utf-8", "replace")
-                target = _realpath(path) + _sep
-                if not any(target.startswith(r) for r in _reads) or (_sep + "ground_truth" + _sep) in target:
-                    raise _perm(f"sandbox: listing {path} is outside the workspace")
+            path = "." if args[0] is None else _as_path(args[0], event)
+            if path is not None and not _readable(_realpath(path) + "/"):
+                raise _perm(f"sandbox: listing {path} is outside the workspace")
 
     sys.addaudithook(hook)
 
@@ -182,30 +257,46 @@ def _read_only_base_dbs():
 
 
 def _forbid_new_processes():
-    """A seccomp filter (kernel level, inherited by every later thread) that refuses fork, vfork, execve, execveat
-    and clone without ``CLONE_THREAD`` with EPERM, and clone3 with ENOSYS (glibc then makes its threads with clone):
-    no process creation, whatever C code agent code reaches (cffi reaches libc without an audit event). Must run
-    while the process has one thread. Returns None when on, else why not."""
+    """A seccomp filter (kernel level, inherited by every later thread) that refuses with EPERM: fork, vfork,
+    execve, execveat and clone without ``CLONE_THREAD`` (clone3 gets ENOSYS: glibc then makes its threads with
+    clone) -- no process creation; ptrace, process_vm_readv/writev, pidfd_open/send_signal/getfd and
+    rt_(tg)sigqueueinfo -- no reaching into another process; kill, tkill and tgkill unless their target (tgkill's
+    thread group) is this process -- no signal to another process of the same user. Whatever C code agent code
+    reaches (cffi reaches libc without an audit event). Must run while the process has one thread. Then it drops
+    ``ctypes`` from ``sys.modules`` (imported here and by AppWorld's dependencies before the guard), so that an
+    ``import ctypes`` in agent code is a fresh import, which the guard refuses. Returns None when on, else why not."""
     import ctypes
     import platform
     import struct
 
     machine = platform.machine()
     if machine == "x86_64":
-        arch, nrs = 0xC000003E, {"clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "clone3": 435}
+        arch, nrs = 0xC000003E, {"clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "clone3": 435,
+                                 "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+                                 "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "kill": 62, "tkill": 200,
+                                 "tgkill": 234}
     elif machine == "aarch64":
-        arch, nrs = 0xC00000B7, {"clone": 220, "execve": 221, "execveat": 281, "clone3": 435}
+        arch, nrs = 0xC00000B7, {"clone": 220, "execve": 221, "execveat": 281, "clone3": 435, "ptrace": 117,
+                                 "process_vm_readv": 270, "process_vm_writev": 271, "rt_sigqueueinfo": 138,
+                                 "rt_tgsigqueueinfo": 240, "kill": 129, "tkill": 130, "tgkill": 131}
     else:
         return f"no seccomp filter for {machine}"
+    nrs.update(pidfd_send_signal=424, pidfd_open=434, pidfd_getfd=438)  # the same on every architecture
+    denied = ("fork", "vfork", "execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev",
+              "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal", "pidfd_open", "pidfd_getfd")
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
     # (code, jump-if-true label, jump-if-false label, k); labels resolve to relative offsets below.
     prog = [(ld, None, None, 4), (jeq, None, "deny", arch), (ld, None, None, 0),
             (jge, "deny", None, 0x40000000),  # the x32 ABI's numbers
             (jeq, "nosys", None, nrs["clone3"])]
-    prog += [(jeq, "deny", None, nrs[name]) for name in ("fork", "vfork", "execve", "execveat") if name in nrs]
+    prog += [(jeq, "deny", None, nrs[name]) for name in denied if name in nrs]
+    # kill/tkill/tgkill: the first argument (its low 32 bits: pid_t) must be this process.
+    prog += [(jeq, "own_pid", None, nrs[name]) for name in ("kill", "tkill", "tgkill")]
     prog += [(jeq, None, "allow", nrs["clone"]), (ld, None, None, 16), (jset, "allow", "deny", 0x00010000)]
-    labels = {"allow": len(prog), "deny": len(prog) + 1, "nosys": len(prog) + 2}
+    labels = {"own_pid": len(prog)}
+    prog += [(ld, None, None, 16), (jeq, "allow", "deny", os.getpid())]
+    labels.update(allow=len(prog), deny=len(prog) + 1, nosys=len(prog) + 2)
     prog += [(ret, None, None, allow), (ret, None, None, eperm), (ret, None, None, enosys)]
     raw = b"".join(struct.pack("HBBI", code, labels[jt] - i - 1 if jt else 0, labels[jf] - i - 1 if jf else 0, k)
                    for i, (code, jt, jf, k) in enumerate(prog))
@@ -215,11 +306,15 @@ def _forbid_new_processes():
 
     libc = ctypes.CDLL(None, use_errno=True)
     fprog = Prog(len(prog), raw)
-    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: lets an unprivileged process install a filter
-        return f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
-    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-        return f"seccomp is not available: {os.strerror(ctypes.get_errno())}"
-    return None
+    try:
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: lets an unprivileged process install a filter
+            return f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
+        if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+            return f"seccomp is not available: {os.strerror(ctypes.get_errno())}"
+        return None
+    finally:
+        for name in [n for n in sys.modules if n in ("ctypes", "_ctypes") or n.startswith("ctypes.")]:
+            del sys.modules[name]
 
 
 def _apply_limits(limits):
@@ -321,11 +416,17 @@ def _child(msg, fds):
         sys.stdin = os.fdopen(0, "r", encoding="utf-8")
     os.environ.update({"HOME": workspace, "APPWORLD_ROOT": workspace,
                        "APPWORLD_CACHE": os.path.join(workspace, ".appworld")})
-    _apply_limits(msg.get("limits", {}))
+    limits = dict(msg.get("limits", {}))
+    nproc = limits.pop("RLIMIT_NPROC", None)
+    _apply_limits(limits)
     if msg["role"] == "worker":
         os.environ["SQLITE_TMPDIR"] = workspace  # SQLite's temporary files stay in the workspace too
         os.symlink(msg["world_data"], os.path.join(workspace, "data"))
         unconfined = _forbid_new_processes()
+        if unconfined and nproc is not None:
+            # Only without the filter: RLIMIT_NPROC counts every thread of the user, so it could starve AppWorld's
+            # own threads, and the filter already refuses every new process.
+            _apply_limits({"RLIMIT_NPROC": nproc})
         _reply(chan, {"ready": True, "id": msg["id"], "unconfined": unconfined})
         _serve_world(msg, chan)
     else:
@@ -341,8 +442,11 @@ def _status(code):
 
 
 def main(argv):
+    import resource
+
     config = json.loads(argv[1])
     control = socket.socket(fileno=int(config["control_fd"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core dumps, here and in every child
     # Heavy imports before any fork (they read site-packages); then the process-wide hardening every child inherits.
     from appworld import AppWorld  # noqa: F401
     from appworld.apps import get_all_apps
@@ -358,6 +462,7 @@ def main(argv):
     _read_only_base_dbs()
     sys.dont_write_bytecode = True  # an evaluation imports the task's evaluation.py: no __pycache__ in the build
     children = set()
+    ended = {}  # pid -> how it ended, for children reaped before the parent asked
     control.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
     while True:
         try:
@@ -366,6 +471,17 @@ def main(argv):
             break
         if not data:
             break  # the parent is gone
+        while children:  # reap what ended meanwhile (children the parent forgot included): no zombies pile up
+            try:
+                done, code = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if not done:
+                break
+            if done in children:
+                children.discard(done)
+                ended[done] = _status(code)
+        msg = {}
         try:
             msg = json.loads(data)
             op, pid = msg.get("op"), msg.get("pid")
@@ -381,9 +497,10 @@ def main(argv):
                         traceback.print_exc()
                     os._exit(70)
                 children.add(pid)
+                ended.pop(pid, None)  # an earlier child of that pid is long reported
                 answer = {"pid": pid}
             elif op == "kill":
-                answer = {"status": "already reaped"}
+                answer = {"status": ended.pop(pid, "already reaped")}
                 if pid in children:
                     for kill in (os.killpg, os.kill):
                         try:
@@ -394,7 +511,7 @@ def main(argv):
                     answer = {"status": _status(os.waitpid(pid, 0)[1])}
                     children.discard(pid)
             elif op == "poll":
-                answer = {"alive": False, "status": "already reaped"}
+                answer = {"alive": False, "status": ended.pop(pid, "already reaped")}
                 if pid in children:
                     done, code = os.waitpid(pid, os.WNOHANG)
                     answer = {"alive": done == 0, "status": _status(code) if done else None}
@@ -407,6 +524,7 @@ def main(argv):
         finally:
             for fd in fds:
                 os.close(fd)
+        answer["seq"] = msg.get("seq") if isinstance(msg, dict) else None  # the parent matches answers by it
         control.send(json.dumps(answer).encode())
     for pid in children:
         try:
