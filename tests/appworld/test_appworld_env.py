@@ -14,6 +14,7 @@ import socket
 import subprocess
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -257,6 +258,25 @@ def test_escape_suite_is_contained_and_evaluation_stays_correct(listener, tmp_pa
                 "errno = lib.load_function(b.new_function_type((), b.new_pointer_type(b.new_primitive_type('int')), "
                 "False), '__errno_location')\nprint('fork ->', fork(), 'errno', errno()[0])\n</code>")
             assert "fork -> -1 errno 1" in obs, obs  # EPERM
+
+        if e._worker.files_unconfined is None:
+            # cffi's libc open: no audit event, so only Landlock refuses (EACCES) writes outside the workspace and
+            # reads outside the guard's read set; the same call inside the workspace works (0o1101: O_WRONLY, O_CREAT,
+            # O_TRUNC).
+            obs, *_ = e.step(
+                f"<code>\nb = {IMP}('_cffi_backend')\nlib = b.load_library('libc.so.6')\n"
+                "ci, cp = b.new_primitive_type('int'), b.new_pointer_type(b.new_primitive_type('char'))\n"
+                "op = lib.load_function(b.new_function_type((cp, ci, ci), ci, False), 'open')\n"
+                "errno = lib.load_function(b.new_function_type((), b.new_pointer_type(ci), False), "
+                "'__errno_location')\n"
+                f"for what, path, flags in (('write', {str(outside).encode()!r}, 0o1101), "
+                f"('secret', {str(secret).encode()!r}, 0), ('truth', {str(gt).encode()!r}, 0), "
+                "('inside', b'inside.txt', 0o1101)):\n"
+                "    fd = op(path, flags, 0o600)\n    print(what, fd >= 0, errno()[0] if fd < 0 else 0)\n</code>")
+            assert obs.split("\n")[:4] == ["write False 13", "secret False 13", "truth False 13", "inside True 0"], obs
+            assert not outside.exists()
+        else:
+            warnings.warn(f"no Landlock here ({e._worker.files_unconfined}): C-level file access not checked")
 
         obs, *_ = e.step(f"<code>print('ENV', sorted({IMP}('posix').environ.items()))</code>")
         assert "ENV" in obs and "HOST-ENV-SECRET" not in obs and "AGENTGYM_TEST_SECRET" not in obs, obs

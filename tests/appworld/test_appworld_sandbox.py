@@ -180,3 +180,47 @@ def test_audit_hook_confines_files_processes_and_sockets(tmp_path, listener):
     assert "OUTSIDE-SECRET" not in out
     assert outside.exists() and not (tmp_path / "new.txt").exists()
     assert not (tmp_path / "x.db").exists() and not (tmp_path / "y.db").exists()
+
+
+def test_landlock_confines_c_level_writes_and_reads(tmp_path):
+    """The worker's Landlock layers, with this interpreter: ``os.open`` has an audit event, but no hook is installed
+    here, so only the kernel refuses (as it refuses C code reached through cffi in a worker)."""
+    ws, world = tmp_path / "ws", tmp_path / "world"
+    ws.mkdir()
+    world.mkdir()
+    (world / "specs.json").write_text("{}")
+    (tmp_path / "outside.txt").write_text("OUTSIDE-SECRET")
+    code = textwrap.dedent(f"""
+        import importlib.util, os, sys
+        spec = importlib.util.spec_from_file_location("w", {str(WORKER)!r})
+        w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w)
+        failed = w._landlock([{str(ws)!r}, "/dev/null"], "write")
+        if failed:
+            print("UNAVAILABLE", failed); sys.exit(0)
+        def attempt(name, path, flags):
+            try:
+                os.close(os.open(path, flags, 0o600)); print(name, "ALLOWED")
+            except PermissionError:
+                print(name, "REFUSED")
+        create = os.O_WRONLY | os.O_CREAT
+        attempt("write outside", {str(tmp_path / 'new.txt')!r}, create)
+        attempt("write world", {str(world / 'specs.json')!r}, os.O_WRONLY)
+        attempt("write inside", {str(ws / 'ok.txt')!r}, create)
+        attempt("write /dev/null", "/dev/null", os.O_WRONLY)
+        attempt("read outside before", {str(tmp_path / 'outside.txt')!r}, os.O_RDONLY)
+        assert w._landlock([{str(world / 'specs.json')!r}, {str(ws)!r}] + w._SYSTEM_READS, "read") is None
+        attempt("read outside", {str(tmp_path / 'outside.txt')!r}, os.O_RDONLY)
+        attempt("list outside", {str(tmp_path)!r}, os.O_RDONLY)
+        attempt("read world", {str(world / 'specs.json')!r}, os.O_RDONLY)
+        attempt("read inside", {str(ws / 'ok.txt')!r}, os.O_RDONLY)
+        print("ctypes dropped", "ctypes" not in sys.modules)
+    """)
+    out = _run(code, SandboxLimits(network=False), str(ws)).stdout
+    if out.startswith("UNAVAILABLE"):
+        pytest.skip(f"no Landlock in this kernel: {out.strip()}")
+    lines = dict(line.rsplit(" ", 1) for line in out.strip().splitlines())
+    assert lines == {"write outside": "REFUSED", "write world": "REFUSED", "write inside": "ALLOWED",
+                     "write /dev/null": "ALLOWED", "read outside before": "ALLOWED", "read outside": "REFUSED",
+                     "list outside": "REFUSED", "read world": "ALLOWED", "read inside": "ALLOWED",
+                     "ctypes dropped": "True"}, out
+    assert not (tmp_path / "new.txt").exists() and (world / "specs.json").read_text() == "{}"

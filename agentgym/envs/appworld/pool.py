@@ -6,16 +6,17 @@ A :class:`_Server` is one process of ``worker.py`` in the AppWorld venv, started
 (:func:`run_evaluator`, a fresh process that never ran agent code). Forking costs milliseconds, so every episode
 gets a process of its own and no process ever hosts a second world.
 
-A worker child forbids itself every new process at the kernel level (a seccomp filter; a warning is logged once
-where the kernel does not allow it). It speaks JSON lines over two pipes. Every request carries a fresh random
-``id`` that the reply must repeat, and lines that carry another are skipped: a line that agent code writes into the
-reply pipe (``os.write`` is not audited) cannot answer a request it does not know. Agent code *can* learn the id
-of the request running it (frame introspection through ``object.__getattribute__`` is not refused), and so fake the
-observation and ``process_ok`` of its own episode -- nothing more: the evaluation reads only the saved state, in a
-fresh process. A line longer than :data:`MAX_LINE_BYTES` ends the worker. Requests are written with a deadline too:
-a worker that stopped reading is killed. The parent trusts
-nothing else a worker says: it marks a worker *tainted* itself as soon as it has sent it a code cell, never reuses a
-worker for another episode, and builds the path of the saved state itself (:meth:`Worker.output_dbs`).
+A worker child forbids itself every new process at the kernel level (a seccomp filter) and confines its file access
+(Landlock); a warning is logged once for each where the kernel does not allow it. It speaks JSON lines over two
+pipes. Every request carries a fresh random ``id`` that the reply must repeat, and lines that carry another are
+skipped: a line that agent code writes into the reply pipe (``os.write`` is not audited) cannot answer a request it
+does not know. Agent code *can* learn the id of the request running it (frame introspection through
+``object.__getattribute__`` is not refused), and so fake the observation and ``process_ok`` of its own episode --
+nothing more: the evaluation reads only the saved state, in a fresh process. A line longer than
+:data:`MAX_LINE_BYTES` ends the worker. Requests are written with a deadline too: a worker that stopped reading is
+killed. The parent trusts nothing else a worker says: it marks a worker *tainted* itself as soon as it has sent it a
+code cell, never reuses a worker for another episode, and builds the path of the saved state itself
+(:meth:`Worker.output_dbs`).
 
 Failures are typed errors: a worker that exits or closes its pipe raises :class:`~agentgym.errors.EnvCrashError`;
 one that does not answer within its wall-clock limit is killed (its whole process group) and raises
@@ -293,6 +294,7 @@ class WorkerSpec:
 
 
 _warned_unconfined = False
+_warned_files = False
 
 
 def _workspace(scratch_dir: str, prefix: str) -> str:
@@ -332,6 +334,8 @@ class Worker:
         self.tainted = False
         #: why the kernel does not forbid this worker to create processes (None: it does; see worker.py)
         self.unconfined: str | None = None
+        #: why the kernel does not confine this worker's file access (None: Landlock does; see worker.py)
+        self.files_unconfined: str | None = None
         _LIVE.add(self)
 
     def alive(self) -> bool:
@@ -370,12 +374,18 @@ class Worker:
         if self._ready:
             return
         ready = self._next(self._ready_id, self.spec.limits.start_seconds, "start-up")
-        global _warned_unconfined
+        global _warned_unconfined, _warned_files
         self.unconfined = ready.get("unconfined")
         if self.unconfined and not _warned_unconfined:
             logger.warning("AppWorld workers cannot forbid process creation at the kernel level here (%s); only "
                            "their audit hook and RLIMIT_NPROC stand in the way", ready["unconfined"])
             _warned_unconfined = True
+        self.files_unconfined = ready.get("files_unconfined")
+        if self.files_unconfined and not _warned_files:
+            logger.warning("AppWorld workers cannot confine their files at the kernel level here (%s); only their "
+                           "audit hook does, which C code reached through AppWorld's venv (cffi) can bypass",
+                           self.files_unconfined)
+            _warned_files = True
         self._ready = True
         self.ready_seconds = time.monotonic() - self.started_at
 

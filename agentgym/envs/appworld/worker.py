@@ -21,14 +21,16 @@ a pid once reported: a pid can never name a process that merely reused it.
 
 **A worker child** (``role`` ``worker``; ``workspace``, ``world_data``, ``timeout_seconds``, ``max_interactions``,
 ``limits``) makes its own session, lowers its rlimits, points stdout/stderr at ``workspace/.worker-stderr.log``
-(stray prints cannot reach the protocol), forbids itself new processes, writes ``{"ready": true, "id": ...,
-"unconfined": null or why the kernel filter could not be installed}`` and serves JSON-lines requests
+(stray prints cannot reach the protocol), confines its writes to the workspace and forbids itself new processes,
+writes ``{"ready": true, "id": ..., "unconfined": null or why the kernel filter could not be installed,
+"files_unconfined": null or why Landlock could not be}`` and serves JSON-lines requests
 ``{"id": nonce, "op": ...}``; every reply repeats the request's ``id`` (a per-request nonce of the parent: a line
 that agent code writes to the reply pipe without it is ignored; agent code can read the id of its own request by
 frame introspection and so fake its own cell's reply, never the evaluation):
 
 * ``{"op": "reset", "task_id": ..., "experiment": ...}`` -> ``{"ok": true, "instruction", "supervisor",
-  "app_descriptions", "datetime"}``. Once per process: a second reset is refused (the parent starts a fresh child
+  "app_descriptions", "datetime"}``. Before the world starts, the worker confines its reads to the guard's read
+  set (below) at the kernel level too. Once per process: a second reset is refused (the parent starts a fresh child
   per episode).
 * ``{"op": "execute", "code": ...}`` -> ``{"ok": true, "output": str, "task_completed": bool}``. After every cell
   AppWorld saves the world's changes under ``workspace/experiments/outputs/<experiment>/tasks/<task>/dbs``, the
@@ -52,10 +54,15 @@ processes or interpreters behind the audit events (``_posixsubprocess``, ``_xxsu
 loading; and ``sys._current_frames``/gc introspection. The server also replaces
 ``_posixsubprocess.fork_exec`` (which forks and execs with no audit event) by a refusal, and makes AppWorld open its
 base databases read-only. The hook is a second line behind the OS-level limits: network namespace, rlimits,
-wall-clock kill, and a seccomp filter each worker installs right after the fork (:func:`_forbid_new_processes`) that
-makes the kernel refuse every new process and every ptrace, pidfd or signal aimed at another process -- C code the
-agent reaches without an audit event (cffi is installed in AppWorld's venv) can still open files the hook would
-refuse.
+wall-clock kill, a seccomp filter each worker installs right after the fork (:func:`_forbid_new_processes`) that
+makes the kernel refuse every new process and every ptrace, pidfd or signal aimed at another process, and two
+Landlock layers (:func:`_landlock`) that bind whatever C code the agent reaches without an audit event (cffi is
+installed in AppWorld's venv): one added right after the fork that refuses creating, writing, truncating, removing,
+renaming or linking files anywhere but beneath the workspace (and ``/dev/null``), and one added at the reset, before
+the world starts any thread, that refuses opening files or listing directories anywhere but beneath the guard's read
+set, the workspace and the shared libraries (``/usr/lib``, ``/lib``...) -- never a ``ground_truth`` folder. Where
+the kernel has no Landlock (``files_unconfined`` says why; the parent logs a warning once) the hook alone confines
+files, and C code can open files it would refuse.
 """
 
 import json
@@ -263,8 +270,7 @@ def _forbid_new_processes():
     rt_(tg)sigqueueinfo -- no reaching into another process; kill, tkill and tgkill unless their target (tgkill's
     thread group) is this process -- no signal to another process of the same user. Whatever C code agent code
     reaches (cffi reaches libc without an audit event). Must run while the process has one thread. Then it drops
-    ``ctypes`` from ``sys.modules`` (imported here and by AppWorld's dependencies before the guard), so that an
-    ``import ctypes`` in agent code is a fresh import, which the guard refuses. Returns None when on, else why not."""
+    ``ctypes`` (:func:`_drop_ctypes`). Returns None when on, else why not."""
     import ctypes
     import platform
     import struct
@@ -313,8 +319,67 @@ def _forbid_new_processes():
             return f"seccomp is not available: {os.strerror(ctypes.get_errno())}"
         return None
     finally:
-        for name in [n for n in sys.modules if n in ("ctypes", "_ctypes") or n.startswith("ctypes.")]:
-            del sys.modules[name]
+        _drop_ctypes()
+
+
+def _drop_ctypes():
+    """Forget ``ctypes`` (imported by the hardening and by AppWorld's dependencies before the guard), so that an
+    ``import ctypes`` in agent code is a fresh import, which the guard refuses."""
+    for name in [n for n in sys.modules if n in ("ctypes", "_ctypes") or n.startswith("ctypes.")]:
+        del sys.modules[name]
+
+
+#: Landlock's filesystem access rights (linux/landlock.h); the write-type ones, and the read-type ones
+_LL_WRITE = (1 << 1) | sum(1 << bit for bit in range(4, 13))  # WRITE_FILE, REMOVE_*, MAKE_*
+_LL_READ = (1 << 2) | (1 << 3)  # READ_FILE, READ_DIR
+_LL_FILE_RIGHTS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15)  # what a rule on a non-directory may allow
+
+
+def _landlock(roots, handled):
+    """Add a Landlock layer (kernel level, inherited by every later thread and applying to whatever C code agent
+    code reaches, cffi included) that refuses the ``handled`` accesses (``"write"``: creating, writing, truncating,
+    removing, renaming, linking files; ``"read"``: opening files and listing directories) everywhere but beneath
+    ``roots`` (paths that do not exist are skipped). Layers stack: each can only take rights away. It binds the
+    calling thread and the threads it starts later, so it runs while the process has one thread. Returns None
+    when the layer is on, else why not (no Landlock in this kernel)."""
+    import ctypes
+    import struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    create, add_rule, restrict = 444, 445, 446  # the same on x86_64 and aarch64 (the generic syscall table)
+    fds = []
+    try:
+        abi = libc.syscall(create, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # LANDLOCK_CREATE_RULESET_VERSION
+        if abi < 1:
+            return f"Landlock is not available: {os.strerror(ctypes.get_errno())}"
+        access = _LL_WRITE if handled == "write" else _LL_READ
+        if handled == "write":
+            access |= (1 << 13 if abi >= 2 else 0) | (1 << 14 if abi >= 3 else 0)  # REFER, TRUNCATE
+        attr = struct.pack("Q", access)  # struct landlock_ruleset_attr's first field (the kernel takes a prefix)
+        ruleset = libc.syscall(create, attr, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+        if ruleset < 0:
+            return f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}"
+        fds.append(ruleset)
+        for root in roots:
+            try:
+                fd = os.open(root, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # nothing there to allow
+            fds.append(fd)
+            allowed = access if stat.S_ISDIR(os.fstat(fd).st_mode) else access & _LL_FILE_RIGHTS
+            rule = struct.pack("=Qi", allowed, fd)  # struct landlock_path_beneath_attr (packed)
+            if libc.syscall(add_rule, ctypes.c_int(ruleset), ctypes.c_int(1), rule, ctypes.c_uint32(0)) != 0:
+                return f"landlock_add_rule({root}) failed: {os.strerror(ctypes.get_errno())}"
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: lets an unprivileged process restrict itself
+            return f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
+        if libc.syscall(restrict, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            return f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}"
+        return None
+    finally:
+        for fd in fds:
+            os.close(fd)
+        _drop_ctypes()
 
 
 def _apply_limits(limits):
@@ -341,7 +406,12 @@ def _world_read_roots(workspace, task_id):
             os.path.join(task, "dbs")]
 
 
-def _serve_world(cfg, chan):
+#: what a worker's C code (the dynamic loader, libc) reads beside the Python installation and the world
+_SYSTEM_READS = ["/usr/lib", "/lib", "/usr/lib64", "/lib64", "/etc/ld.so.cache", "/dev/null", "/dev/urandom",
+                 "/dev/random"]
+
+
+def _serve_world(cfg, chan, landlock):
     from appworld import AppWorld
 
     workspace = cfg["workspace"]
@@ -359,6 +429,17 @@ def _serve_world(cfg, chan):
                 if started:
                     raise RuntimeError("this worker already tried to host a world (one world per process)")
                 started = True
+                python_dirs = [sys.prefix, sys.base_prefix, sys.exec_prefix] + [p for p in sys.path if p]
+                read_roots = _world_read_roots(workspace, req["task_id"]) + python_dirs
+                if landlock:
+                    # The guard's read set, for C code too (writes are confined since the fork). Before the world
+                    # starts its threads (an asyncio portal): a layer binds only the thread that adds it and the
+                    # threads it starts later.
+                    if len(os.listdir("/proc/self/task")) != 1:
+                        raise RuntimeError("the worker has more than one thread: Landlock would not bind them all")
+                    failed = _landlock(read_roots + [workspace] + _SYSTEM_READS, "read")
+                    if failed:
+                        raise RuntimeError(failed)
                 new = AppWorld(task_id=req["task_id"], experiment_name=req["experiment"],
                                timeout_seconds=int(cfg["timeout_seconds"]),
                                max_interactions=int(cfg["max_interactions"]),
@@ -369,8 +450,7 @@ def _serve_world(cfg, chan):
                 new.execute("pass")
                 new.environment_io.clear()
                 new.num_interactions = 0
-                python_dirs = [sys.prefix, sys.base_prefix, sys.exec_prefix] + [p for p in sys.path if p]
-                _install_guard(workspace, _world_read_roots(workspace, req["task_id"]) + python_dirs)
+                _install_guard(workspace, read_roots)
                 world = new
                 _reply(chan, {"id": rid, "ok": True, "instruction": task.instruction,
                               "supervisor": {k: task.supervisor[k] for k in
@@ -420,15 +500,18 @@ def _child(msg, fds):
     nproc = limits.pop("RLIMIT_NPROC", None)
     _apply_limits(limits)
     if msg["role"] == "worker":
-        os.environ["SQLITE_TMPDIR"] = workspace  # SQLite's temporary files stay in the workspace too
+        # Temporary files (SQLite's, tempfile's) stay in the workspace too: nothing else is writable.
+        os.environ.update({"SQLITE_TMPDIR": workspace, "TMPDIR": workspace})
         os.symlink(msg["world_data"], os.path.join(workspace, "data"))
+        files_unconfined = _landlock([workspace, "/dev/null"], "write")
         unconfined = _forbid_new_processes()
         if unconfined and nproc is not None:
             # Only without the filter: RLIMIT_NPROC counts every thread of the user, so it could starve AppWorld's
             # own threads, and the filter already refuses every new process.
             _apply_limits({"RLIMIT_NPROC": nproc})
-        _reply(chan, {"ready": True, "id": msg["id"], "unconfined": unconfined})
-        _serve_world(msg, chan)
+        _reply(chan, {"ready": True, "id": msg["id"], "unconfined": unconfined,
+                      "files_unconfined": files_unconfined})
+        _serve_world(msg, chan, landlock=files_unconfined is None)
     else:
         _evaluate(msg, chan)
     chan.close()
