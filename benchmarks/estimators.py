@@ -194,6 +194,17 @@ def ref_hgpo(c, K=2, alpha=1.0, gamma=0.95, kappa=0.1):
     return out
 
 
+def _pace_q_ref(i, C, key, ret):
+    """PACE's q advantage of row ``i`` in its cluster ``C`` (rows, >= 2), per row as reference code does: the mean
+    return of its action key's peers minus the cluster mean when the key has >= 2 rows, else the leave-one-out
+    (RLOO) fallback."""
+    same = [ret[j] for j in C if key[j] == key[i]]
+    allv = [ret[j] for j in C]
+    if len(same) >= 2:
+        return sum(same) / len(same) - sum(allv) / len(allv)
+    return ret[i] - (sum(allv) - ret[i]) / (len(allv) - 1)
+
+
 def ref_bipace_identity(c, gamma=0.95, kappa=0.1):
     r = Ref(c)
     obs = r.col("obs_hash")
@@ -206,13 +217,7 @@ def ref_bipace_identity(c, gamma=0.95, kappa=0.1):
         if len(C) < 2:
             out.append(ep)
             continue
-        same = [ret[j] for j in C if key[j] == key[i]]
-        allv = [ret[j] for j in C]
-        if len(same) >= 2:
-            a = sum(same) / len(same) - sum(allv) / len(allv)
-        else:
-            a = ret[i] - (sum(allv) - ret[i]) / (len(allv) - 1)
-        out.append(ep + a)
+        out.append(ep + _pace_q_ref(i, C, key, ret))
     return out
 
 
@@ -310,12 +315,7 @@ def ref_cosine(c, eps, pace, gamma=0.95, kappa=0.1):
         if len(C) < 2:
             out.append(ep)
             continue
-        same = [ret[j] for j in C if key[j] == key[i]]
-        if len(same) >= 2:
-            a = sum(same) / len(same) - sum(allv) / len(allv)
-        else:
-            a = ret[i] - (sum(allv) - ret[i]) / (len(allv) - 1)
-        out.append(ep + a)
+        out.append(ep + _pace_q_ref(i, C, key, ret))
     return out
 
 

@@ -35,14 +35,18 @@ def _dense_ids(k: np.ndarray) -> tuple[np.ndarray, int]:
     return _compact_by_sort(k)
 
 
+def _run_starts(sorted_values: np.ndarray) -> np.ndarray:
+    """True where a run of equal values begins in a sorted (non-empty) array."""
+    starts = np.empty(sorted_values.shape[0], dtype=bool)
+    starts[0] = True
+    np.not_equal(sorted_values[1:], sorted_values[:-1], out=starts[1:])
+    return starts
+
+
 def _compact_by_sort(k: np.ndarray) -> tuple[np.ndarray, int]:
     n = k.shape[0]
     order = np.argsort(k)
-    ks = k[order]
-    change = np.empty(n, dtype=bool)
-    change[0] = True
-    np.not_equal(ks[1:], ks[:-1], out=change[1:])
-    dense_sorted = np.cumsum(change) - 1
+    dense_sorted = np.cumsum(_run_starts(k[order])) - 1
     out = np.empty(n, dtype=np.int64)
     out[order] = dense_sorted
     return out, int(dense_sorted[-1]) + 1
@@ -81,11 +85,7 @@ def _pair_labels_radix(first: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, in
     in linear time. Same labels as packing the pairs and sorting again, in about 60% of the time."""
     n = k.shape[0]
     order = np.argsort(k)
-    ks = k[order]
-    new_k = np.empty(n, dtype=bool)
-    new_k[0] = True
-    np.not_equal(ks[1:], ks[:-1], out=new_k[1:])
-    k_ids = np.cumsum(new_k)  # k's rank along ``order`` (non-decreasing)
+    k_ids = np.cumsum(_run_starts(k[order]))  # k's rank along ``order`` (non-decreasing)
     by_first = np.argsort(first[order].astype(np.uint16), kind="stable")
     perm = order[by_first]
     fs, kid = first[perm], k_ids[by_first]
