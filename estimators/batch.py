@@ -233,8 +233,13 @@ class TrajectoryBatch:
         self._derive(validate)
         if validate:
             self._validate_turns()
-        # the constructor's own float32 copy (a list, float64 input) is normalized in place
-        self._normalize_embedding(owned=embedding is not None and self._data["embedding"] is not embedding)
+        # Normalized in place only when the array is certainly the constructor's own copy (a list, or an ndarray it
+        # had to convert): a float32 tensor, np.matrix or memmap is wrapped, not copied, and the caller's memory
+        # must never change.
+        coerced = self._data["embedding"]
+        owned = embedding is not None and (isinstance(embedding, (list, tuple)) or (
+            isinstance(embedding, np.ndarray) and not np.may_share_memory(coerced, embedding)))
+        self._normalize_embedding(owned=owned)
         self._derive_tokens(validate)
 
     # ------------------------------------------------------------------ column access

@@ -117,6 +117,20 @@ def test_embedding_normalization_float32():
     np.testing.assert_allclose(b64.embedding, expect, rtol=2e-6, atol=1e-9)
 
 
+def test_embedding_views_of_the_callers_memory_are_never_scaled_in_place(tmp_path):
+    # np.asarray only wraps these (same memory, another object): they must come back untouched.
+    emb = np.random.default_rng(1).normal(size=(4, 16)).astype(np.float32)
+    ro = np.lib.format.open_memmap(tmp_path / "e.npy", mode="w+", dtype=np.float32, shape=emb.shape)
+    ro[:] = emb
+    ro.flush()
+    for given in (np.asmatrix(emb.copy()), np.load(tmp_path / "e.npy", mmap_mode="r"),
+                  np.load(tmp_path / "e.npy", mmap_mode="r+")):
+        before = np.array(given, copy=True)
+        b = E.TrajectoryBatch(**cols(embedding=given))
+        np.testing.assert_array_equal(np.asarray(given), before)
+        np.testing.assert_allclose(np.linalg.norm(b.embedding, axis=1), 1.0, rtol=1e-6)
+
+
 def test_import_estimators_pulls_in_no_trainer_and_no_agentgym():
     """``estimators`` is a leaf package: a fresh interpreter that imports it (and its loss module) holds no trainer
     (trl, verl), no agentgym (nor its adapters) and no torch / transformers."""
