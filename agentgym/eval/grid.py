@@ -60,16 +60,18 @@ def run_grid(grid: EvalGrid, policy: Policy | EnvPolicy, out: str, *, policy_nam
              progress: Callable[[int], None] | None = None) -> list[dict]:
     """Play every unfinished episode of ``grid``; return the latest row of every episode of the grid.
 
-    ``policy_name`` (default: the policy's ``__name__`` or class name) and ``policy_args`` (the options that change
+    ``policy_name`` (default: the policy's ``name``, e.g. ``hf:PATH`` or ``openai:MODEL``, else its ``__name__`` or
+    class name) and ``policy_args`` (the options that change
     its responses, such as the sampling temperature) are part of the run's identity, with the grid's ``max_turns``
     and ``env_kwargs``. Raises :class:`~agentgym.eval.results.ResultsMismatchError` when ``out`` holds rows of this
     env split made with another identity.
     """
     results = ResultsFile(out)
-    name = policy_name or getattr(policy, "__name__", None) or type(policy).__name__
+    name = policy_name or getattr(policy, "name", None) or getattr(policy, "__name__", None) or type(policy).__name__
     identity = run_identity(name, policy_args, grid.max_turns, grid.env_kwargs)
-    results.check_identity(grid.env_id, grid.split, identity)
-    done = results.done_keys()
+    existing = results.read()  # once: rows with per-request records make large files
+    results.check_identity(grid.env_id, grid.split, identity, existing)
+    done = results.done_keys(existing)
     episodes = grid.episodes_list()
     keys = {(grid.env_id, grid.split, t, s, k) for t, s, k in episodes}
     todo = [e for e in episodes if (grid.env_id, grid.split, e[0], e[1], e[2]) not in done]
@@ -78,7 +80,7 @@ def run_grid(grid: EvalGrid, policy: Policy | EnvPolicy, out: str, *, policy_nam
     if progress is not None and len(todo) < len(episodes):
         progress(len(episodes) - len(todo))
     if not todo:
-        return [row for key, row in results.latest().items() if key in keys]
+        return [row for key, row in results.latest(existing).items() if key in keys]
     env_kwargs = {"split": grid.split, **grid.env_kwargs}
     # One pool for the whole grid: worker processes / Ray actors start once, not once per chunk. Every reset
     # reseeds its env, so a slot that played an earlier chunk plays the next exactly like a fresh env.

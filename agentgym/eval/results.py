@@ -40,10 +40,15 @@ def episode_key(row: dict) -> tuple:
 
 def run_identity(policy: str, policy_args: dict | None, max_turns: int | None, env_kwargs: dict | None) -> dict:
     """The identity fields of a run, as they read back from JSON (tuples become lists; objects that JSON cannot
-    hold, such as a retriever passed in ``env_kwargs``, are recorded by their ``repr``)."""
+    hold, such as a retriever passed in ``env_kwargs``, are recorded by their type: a default ``repr`` holds a
+    memory address, which would make every resume in a new process look like another run)."""
     ident = {"policy": policy, "policy_args": dict(policy_args or {}), "max_turns": max_turns,
              "env_kwargs": dict(env_kwargs or {})}
-    return json.loads(json.dumps(ident, sort_keys=True, default=repr))
+    return json.loads(json.dumps(ident, sort_keys=True, default=_type_label))
+
+
+def _type_label(obj: Any) -> str:
+    return f"<{type(obj).__module__}.{type(obj).__qualname__}>"
 
 
 class ResultsFile:
@@ -67,20 +72,21 @@ class ResultsFile:
                 logger.warning("%s:%d: ignoring an unreadable (torn) line", self.path, n)
         return rows
 
-    def latest(self) -> dict[tuple, dict]:
-        """The last row of each episode key."""
+    def latest(self, rows: list[dict] | None = None) -> dict[tuple, dict]:
+        """The last row of each episode key (of ``rows`` when the caller has already read the file)."""
         out: dict[tuple, dict] = {}
-        for row in self.read():
+        for row in self.read() if rows is None else rows:
             out[episode_key(row)] = row
         return out
 
-    def done_keys(self) -> set[tuple]:
-        return {k for k, row in self.latest().items() if row.get("error") is None}
+    def done_keys(self, rows: list[dict] | None = None) -> set[tuple]:
+        return {k for k, row in self.latest(rows).items() if row.get("error") is None}
 
-    def check_identity(self, env_id: str, split: str, identity: dict[str, Any]) -> None:
+    def check_identity(self, env_id: str, split: str, identity: dict[str, Any],
+                       rows: list[dict] | None = None) -> None:
         """Raise :class:`ResultsMismatchError` when rows of ``env_id``/``split`` were made with another identity
         (rows written before identities were recorded count as another one)."""
-        for row in self.read():
+        for row in self.read() if rows is None else rows:
             if row.get("env_id") != env_id or row.get("split") != split:
                 continue
             theirs = {f: row.get(f) for f in IDENTITY_FIELDS}

@@ -11,7 +11,7 @@ import pytest
 
 from agentgym.cli import _parse_seeds, main
 from agentgym.eval.grid import EvalGrid, run_grid
-from agentgym.eval.results import ResultsFile, ResultsMismatchError
+from agentgym.eval.results import ResultsFile, ResultsMismatchError, run_identity
 from agentgym.eval.summary import format_table, scenario_goal_completion, summarize
 from agentgym.registration import get_entry
 from agentgym.rollout.policy import OraclePolicy, RandomPolicy
@@ -200,9 +200,12 @@ def test_resume_refuses_another_run_configuration(tmp_path, capsys):
     assert main(base + ["--policy", "oracle"]) == 0 and all_row(capsys.readouterr().out)["wins"] == 4
     assert main(base[:3] + ["gen-depth2"] + base[4:] + ["--policy", "random", "--max-turns", "3"]) == 0
     assert len(ResultsFile(out).read()) == 8
-    # Library callers get the typed error; their policy is named by its class unless they name it.
-    with pytest.raises(ResultsMismatchError, match="'oracle' there, 'OraclePolicy' now"):
-        run_grid(EvalGrid(env_id="TextCraft-v0", split="gen-depth1", episodes=2), OraclePolicy(), out)
+    # Library callers get the typed error; their policy is named by its ``name`` (hf:PATH, openai:MODEL, ...).
+    with pytest.raises(ResultsMismatchError, match="'oracle' there, 'random' now"):
+        run_grid(EvalGrid(env_id="TextCraft-v0", split="gen-depth1", episodes=2), RandomPolicy(), out)
+    # An object in env_kwargs is recorded by its type, so a new process can resume the same configuration.
+    ident = run_identity("p", None, None, {"retriever": object()})
+    assert ident["env_kwargs"] == {"retriever": "<builtins.object>"}
 
 
 def test_generated_split_without_episodes_is_a_one_line_error(tmp_path):
