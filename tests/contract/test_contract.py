@@ -158,11 +158,18 @@ NOT_A_COMMAND = st.text(alphabet=st.characters(blacklist_characters="<"), max_si
 
 
 def test_reference_parser_agrees_with_the_documented_examples():
-    assert first_well_formed("<action>get 1 x", ("action",)) == (None, None)
-    assert first_well_formed("<action><action>inner</action>", ("action",)) == ("action", "inner")
-    assert first_well_formed("<ACTION> a </Action><action>b</action>", ("action",)) == ("action", "a")
-    assert first_well_formed("<action> </action><action>b</action>", ("action",)) == ("action", None)
-    assert first_well_formed("<answer>Paris</answer> <search>q</search>", ("search", "answer")) == ("answer", "Paris")
+    # The fuzz test's expectation (first_well_formed) and agentgym.parsing must both give the documented answers.
+    from agentgym.parsing import parse_first_tag
+
+    examples = [("<action>get 1 x", ("action",), (None, None)),
+                ("<action><action>inner</action>", ("action",), ("action", "inner")),
+                ("<ACTION> a </Action><action>b</action>", ("action",), ("action", "a")),
+                ("<action> </action><action>b</action>", ("action",), ("action", None)),
+                ("<answer>Paris</answer> <search>q</search>", ("search", "answer"), ("answer", "Paris"))]
+    for text, tags, expected in examples:
+        assert first_well_formed(text, tags) == expected, text
+        parsed = parse_first_tag(text, tags)
+        assert (parsed.tag, parsed.body) == expected, text
 
 
 @pytest.mark.parametrize("env_id", sorted(ENTRIES))

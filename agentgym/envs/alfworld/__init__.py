@@ -20,12 +20,13 @@ class _ALFWorldEntry(EnvEntry):
     def split_available(self, split: str) -> tuple[bool, str]:
         if split not in self.data or self.data[split] is None or self.missing_requirements():
             return super().split_available(split)
+        from ...errors import DataNotFoundError
         from .games import official_split_dir
 
         try:
             official_split_dir(split)
             return True, "ok"
-        except Exception as e:  # DataNotFoundError: report why
+        except DataNotFoundError as e:  # report why; any other error is a bug and propagates
             return False, str(e)
 
 
