@@ -175,22 +175,30 @@ def _metrics_callback(path: Path):
     return _JsonlMetrics()
 
 
-def load_v_table(path: str | os.PathLike):
-    """PVPO's :class:`estimators.pvpo.StaticValueTable` from a JSON object ``{task_id: V}`` (V a number)."""
+def load_v_table(value: "str | os.PathLike | dict"):
+    """PVPO's :class:`estimators.pvpo.StaticValueTable` from a JSON file holding ``{task_id: V}`` or from such a
+    mapping (V a number); the same checks for both (``agentgym train`` and the verl bridge use this)."""
     from estimators.pvpo import StaticValueTable
 
+    if isinstance(value, dict):
+        data, where = value, "v_table"
+    else:
+        data, where = _read_v_table_file(str(value)), f"v_table: {value}"
+    if not isinstance(data, dict) or not data:
+        raise SettingsError(f"{where} must be a non-empty JSON object / mapping {{task_id: V}}")
+    bad = [k for k, v in data.items() if isinstance(v, bool) or not isinstance(v, (int, float))]
+    if bad:
+        raise SettingsError(f"{where}: the value of task(s) {bad[:5]} is not a number")
+    return StaticValueTable({str(k): float(v) for k, v in data.items()})
+
+
+def _read_v_table_file(path: str):
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
         raise SettingsError(f"v_table: cannot read {path}: {e}") from None
     except json.JSONDecodeError as e:
         raise SettingsError(f"v_table: {path} is not valid JSON ({e.msg})") from None
-    if not isinstance(data, dict) or not data:
-        raise SettingsError(f"v_table: {path} must hold a non-empty JSON object {{task_id: V}}")
-    bad = [k for k, v in data.items() if isinstance(v, bool) or not isinstance(v, (int, float))]
-    if bad:
-        raise SettingsError(f"v_table: {path}: the value of task(s) {bad[:5]} is not a number")
-    return StaticValueTable({str(k): float(v) for k, v in data.items()})
 
 
 def _loss_overrides(s: TrainSettings) -> dict:

@@ -190,16 +190,12 @@ def estimator_config_from(config: Any, name: str) -> dict:
 
 def _pvpo_table(cfg: dict) -> dict:
     """PVPO's ``v_table`` from a Hydra config: a JSON file path or a ``{task_id: V}`` mapping (the estimator needs
-    a :class:`estimators.pvpo.StaticValueTable`)."""
-    from estimators.pvpo import StaticValueTable
-
+    a :class:`estimators.pvpo.StaticValueTable`), checked as ``agentgym train`` checks it."""
     v = cfg.get("v_table")
-    if isinstance(v, str):
+    if isinstance(v, (str, dict)):
         from ..train import load_v_table
 
         return dict(cfg, v_table=load_v_table(v))
-    if isinstance(v, dict):
-        return dict(cfg, v_table=StaticValueTable({str(k): float(x) for k, x in v.items()}))
     return cfg
 
 

@@ -104,3 +104,19 @@ def test_adapters_verl_bridge_pvpo_value_table_from_settings(tmp_path):
                                            non_tensor_batch=ntb)
         np.testing.assert_array_equal(adv.numpy(), ref.token_adv.astype(np.float32))
     assert np.abs(ref.token_adv).max() > 0
+
+
+def test_pvpo_v_table_from_a_path_or_a_mapping_is_checked_like_agentgym_train(tmp_path):
+    import json
+
+    from adapters.train import SettingsError
+    from adapters.verl.bridge import _pvpo_table
+
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps({"t0": 0.25, "t1": 1}))
+    for given in (str(path), {"t0": 0.25, "t1": 1}):
+        table = _pvpo_table({"v_table": given, "other": 3})
+        assert table["other"] == 3 and table["v_table"].values == {"t0": 0.25, "t1": 1.0}
+    for bad in ({}, {"t0": True}, {"t0": "high"}):
+        with pytest.raises(SettingsError):
+            _pvpo_table({"v_table": bad})
