@@ -135,14 +135,18 @@ def hidden_fingerprints(model: Any, sequences: Sequence[Sequence[int]], *, layer
                     out.append(h[i, p].float().cpu().numpy())
     if not out:
         return np.zeros((0, 0), dtype=np.float32)
-    x = np.concatenate(out, axis=0).astype(np.float64)
+    return _unit_rows(np.concatenate(out, axis=0).astype(np.float64)).astype(np.float32)
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows of ``x`` (float64) scaled to unit L2 norm. A zero hidden state cannot be normalized: it becomes the
+    first basis vector, a deterministic unit vector, instead of NaN (or a zero row the clustering rejects)."""
     norm = np.linalg.norm(x, axis=1, keepdims=True)
-    # a zero hidden state cannot be normalized; keep a deterministic unit vector instead of NaN
     zero = norm[:, 0] <= 0
     x = np.where(zero[:, None], 0.0, x / np.where(norm > 0, norm, 1.0))
     if zero.any():
         x[zero, 0] = 1.0
-    return x.astype(np.float32)
+    return x
 
 
 def linear_probe_accuracy(x: np.ndarray, labels: Sequence[Any], *, folds: int = 2, ridge: float = 1e-2,
@@ -231,8 +235,7 @@ def _layer_states(model: Any, seqs: list[list[int]], layers: Sequence[int] | Non
                 per_layer.setdefault(int(layer), []).append(h)
     out = {}
     for layer, parts in per_layer.items():
-        x = np.concatenate(parts).astype(np.float64)
-        out[layer] = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        out[layer] = _unit_rows(np.concatenate(parts).astype(np.float64))  # as hidden_fingerprints does
     return out
 
 
