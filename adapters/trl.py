@@ -100,6 +100,7 @@ class LossPlan:
     custom: bool
     trl: dict
     reason: str
+    l_norm: int | None = None  # the effective L_norm of seq-mean-token-sum-norm (the recipe's, else the budget)
 
     def describe(self) -> str:
         r = self.recipe
@@ -146,8 +147,8 @@ def loss_plan(estimator: str, estimator_config: dict | None = None, *, loss: str
             and int(l_norm) != int(max_completion_length):
         reason = f"L_norm {l_norm} differs from TRL's max_completion_length {max_completion_length}"
     else:
-        return LossPlan(estimator, name, recipe, False, trl, "TRL expresses the recipe exactly")
-    return LossPlan(estimator, name, recipe, True, trl, reason)
+        return LossPlan(estimator, name, recipe, False, trl, "TRL expresses the recipe exactly", l_norm)
+    return LossPlan(estimator, name, recipe, True, trl, reason, l_norm)
 
 
 def _apply_loss_plan(args: Any, plan: LossPlan) -> None:
@@ -460,8 +461,8 @@ class AgentGymGRPOTrainer(GRPOTrainer):
         mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
         cfg = self.ag_loss_plan.recipe  # TRL's beta (reference log-probs) was set from its kl_coef
         if cfg.agg == "seq-mean-token-sum-norm" and cfg.l_norm is None:
-            # Dr.GRPO's fixed L_norm (spec 6.4): the completion budget, not the batch's padded width
-            cfg = dataclasses.replace(cfg, l_norm=self.ag.episode.max_completion_tokens)
+            # Dr.GRPO's fixed L_norm (spec 6.4): the plan's (the completion budget), not the batch's padded width
+            cfg = dataclasses.replace(cfg, l_norm=self.ag_loss_plan.l_norm)
         mode = "train" if self.model.training else "eval"
         # TRL's "dapo"-style normalizer: the generation batch's active tokens, rescaled to one accumulation window
         norm = inputs["num_items_in_batch"].clamp(min=1.0).float() / self.accelerator.num_processes
