@@ -433,15 +433,6 @@ def _row(rows_out, name, n, t_np, t_ref, err, note="", section="size"):
           f"max|diff| {'' if err is None else f'{err:.1e}'}", flush=True)
 
 
-def _build(cols):
-    t0 = time.perf_counter()
-    c0 = time.process_time()
-    batch = E.TrajectoryBatch(**cols)
-    t = Timing(time.perf_counter() - t0)
-    t.median, t.cpu = float(t), time.process_time() - c0
-    return batch, t
-
-
 def turn_table(sizes, quick, sample_100k, rows_out):
     cases = [
         ("grpo", {}, lambda c: ref_outcome(c, "mean_std_norm")),
@@ -461,8 +452,8 @@ def turn_table(sizes, quick, sample_100k, rows_out):
     for n_rows in sizes:
         cols = synth(n_rows, emb_dim=EMB_DIM)
         emb = cols.pop("embedding")
-        batch, t_build = _build(cols)
-        batch_e, t_build_e = _build({**cols, "embedding": emb})
+        t_build, batch = median_time(lambda: E.TrajectoryBatch(**cols), 1)
+        t_build_e, batch_e = median_time(lambda: E.TrajectoryBatch(**cols, embedding=emb), 1)
         del emb
         sample = sample_100k and n_rows > 20_000
         _row(rows_out, "batch construction + validation", batch.n_turns, t_build, None, None, "once per batch")

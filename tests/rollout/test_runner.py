@@ -148,7 +148,7 @@ def test_ctrl_c_or_exit_in_the_env():
 
 def test_worker_that_exits_marks_its_episodes():
     # SystemExit ends the worker process (it is not turned into a record there); the driver marks the episodes of
-    # that worker with a typed error and goes on with the others.
+    # that worker with a typed error instead of raising (here both workers exit, so every episode is marked).
     res = collect_groups("crashy_env:CrashyTextCraft-v0", ["gen-d2-0", "gen-d2-1"], 1, OraclePolicy(), workers=2,
                          env_kwargs={"crash_on_turn": 2, "crash_with": "SystemExit"})
     for t in res.trajectories:

@@ -262,9 +262,12 @@ def prepare_noun_table(data_dir: str | os.PathLike | None = None, *, model: str 
     """Build the noun table of the catalogue (``data_dir`` / ``$WEBSHOP_DATA`` / the processed file, as in
     :func:`load_catalog`) with spaCy and write it to ``out`` (default :func:`noun_cache_path` of the model's key),
     where :func:`load_catalog` finds it. An existing file is kept unless ``force``. Returns the file's path."""
+    if out is not None and Path(out).exists() and not force:  # no need to load spaCy (seconds) to keep it
+        logger.info("WebShop noun table %s exists; keeping it", out)
+        return Path(out)
     nlp = _spacy_pipeline(model)
     key = spacy_model_key(nlp)
-    path = Path(out) if out is not None else noun_cache_path(key)
+    path = Path(out) if out is not None else noun_cache_path(key)  # the default path names the model
     if path.exists() and not force:
         logger.info("WebShop noun table %s exists; keeping it", path)
         return path
