@@ -30,6 +30,22 @@ IMP = "(__builtins__['__import__'] if isinstance(__builtins__, dict) else __buil
 OPEN = "(getattr(__builtins__, 'open', None) or __builtins__['open'])"
 
 
+#: How worker.py words "this kernel lacks it" for its seccomp filter and its Landlock layer; any other reason is a
+#: layer that failed to install, and fails the test.
+NO_SECCOMP = ("no seccomp filter for ", "seccomp is not available: ")
+NO_LANDLOCK = ("Landlock is not available: ",)
+
+
+def kernel_layer_on(reason: str | None, lacking: tuple[str, ...], what: str) -> bool:
+    """Whether a worker's kernel-level layer is on (``reason`` None); False, with a warning, only when the kernel
+    lacks it."""
+    if reason is None:
+        return True
+    assert reason.startswith(lacking), f"the worker's {what} failed to install: {reason}"
+    warnings.warn(f"no {what} here ({reason}): its kernel-level checks are skipped")
+    return False
+
+
 def attempt(body: str) -> str:
     """A cell that runs ``body`` and prints CONTAINED (with the exception) or ESCAPED: proof that it ran."""
     inner = "\n".join("    " + line for line in body.strip().splitlines())
@@ -225,6 +241,9 @@ def test_escape_suite_is_contained_and_evaluation_stays_correct(listener, tmp_pa
         assert not outside.exists() and not os.path.exists("/tmp/agentgym-pwned")
         assert not os.path.exists("/tmp/agentgym-escape.db")
 
+        filtered = kernel_layer_on(e._worker.unconfined, NO_SECCOMP, "seccomp filter")
+        landlocked = kernel_layer_on(e._worker.files_unconfined, NO_LANDLOCK, "Landlock layer")
+
         # Another process of the same user: no signal reaches it, whether audited or not.
         victim = subprocess.Popen(["sleep", "60"])
         try:
@@ -234,11 +253,11 @@ def test_escape_suite_is_contained_and_evaluation_stays_correct(listener, tmp_pa
                     f"{IMP}('signal').pidfd_send_signal({IMP}('posix').pidfd_open({victim.pid}), 9)"),
                     "Operation not permitted"),
             }.items():
-                if e._worker.unconfined is not None and name.startswith("pidfd"):
+                if not filtered and name.startswith("pidfd"):
                     continue  # only the kernel's filter stops it
                 obs, r, term, trunc, info = e.step(f"<code>\n{code}\n</code>")
                 assert "CONTAINED" in obs and phrase in obs and "ESCAPED" not in obs and not term, (name, obs)
-            if e._worker.unconfined is None:
+            if filtered:
                 obs, *_ = e.step(  # libc's kill through cffi: no audit event, only the filter
                     f"<code>\nb = {IMP}('_cffi_backend')\nlib = b.load_library('libc.so.6')\n"
                     "ci = b.new_primitive_type('int')\n"
@@ -250,7 +269,7 @@ def test_escape_suite_is_contained_and_evaluation_stays_correct(listener, tmp_pa
             victim.kill()
             victim.wait()
 
-        if e._worker.unconfined is None:
+        if filtered:
             # cffi reaches libc with no audit event at all: the kernel's seccomp filter is what refuses the fork.
             obs, *_ = e.step(
                 f"<code>\nb = {IMP}('_cffi_backend')\nlib = b.load_library('libc.so.6')\n"
@@ -259,7 +278,7 @@ def test_escape_suite_is_contained_and_evaluation_stays_correct(listener, tmp_pa
                 "False), '__errno_location')\nprint('fork ->', fork(), 'errno', errno()[0])\n</code>")
             assert "fork -> -1 errno 1" in obs, obs  # EPERM
 
-        if e._worker.files_unconfined is None:
+        if landlocked:
             # cffi's libc open: no audit event, so only Landlock refuses (EACCES) writes outside the workspace and
             # reads outside the guard's read set; the same call inside the workspace works (0o1101: O_WRONLY, O_CREAT,
             # O_TRUNC).
@@ -275,8 +294,6 @@ def test_escape_suite_is_contained_and_evaluation_stays_correct(listener, tmp_pa
                 "    fd = op(path, flags, 0o600)\n    print(what, fd >= 0, errno()[0] if fd < 0 else 0)\n</code>")
             assert obs.split("\n")[:4] == ["write False 13", "secret False 13", "truth False 13", "inside True 0"], obs
             assert not outside.exists()
-        else:
-            warnings.warn(f"no Landlock here ({e._worker.files_unconfined}): C-level file access not checked")
 
         obs, *_ = e.step(f"<code>print('ENV', sorted({IMP}('posix').environ.items()))</code>")
         assert "ENV" in obs and "HOST-ENV-SECRET" not in obs and "AGENTGYM_TEST_SECRET" not in obs, obs

@@ -16,16 +16,21 @@ from pathlib import Path
 import pytest
 
 from agentgym.envs.appworld import sandbox
-from agentgym.envs.appworld.sandbox import (SandboxLimits, limit_setter, network_isolation_available,
-                                            sandbox_command, scrubbed_env)
+from agentgym.envs.appworld.sandbox import SandboxLimits, network_isolation_available, sandbox_command, scrubbed_env
 
 WORKER = Path(__file__).resolve().parents[2] / "agentgym" / "envs" / "appworld" / "worker.py"
 
 
 def _run(code: str, limits: SandboxLimits, cwd: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    argv = sandbox_command([sys.executable, "-I", "-c", code], limits)
+    """``code`` in a child confined the way a worker is: its own session, and the rlimits of ``limits`` (computed
+    here, in the parent) lowered by the child itself with worker.py's ``_apply_limits``, before ``code`` runs."""
+    prelude = ("import importlib.util as _u\n"
+               f"_s = _u.spec_from_file_location('_limits', {str(WORKER)!r})\n"
+               "_w = _u.module_from_spec(_s)\n_s.loader.exec_module(_w)\n"
+               f"_w._apply_limits({sandbox.rlimits(limits)!r})\ndel _u, _s, _w\n")
+    argv = sandbox_command([sys.executable, "-I", "-c", prelude + code], limits)
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=scrubbed_env(cwd),
-                          preexec_fn=limit_setter(limits))
+                          start_new_session=True)
 
 
 @pytest.fixture()
@@ -217,6 +222,8 @@ def test_landlock_confines_c_level_writes_and_reads(tmp_path):
     """)
     out = _run(code, SandboxLimits(network=False), str(ws)).stdout
     if out.startswith("UNAVAILABLE"):
+        # Only the kernel lacking Landlock skips; any other reason is a layer that failed to install.
+        assert out.startswith("UNAVAILABLE Landlock is not available: "), out
         pytest.skip(f"no Landlock in this kernel: {out.strip()}")
     lines = dict(line.rsplit(" ", 1) for line in out.strip().splitlines())
     assert lines == {"write outside": "REFUSED", "write world": "REFUSED", "write inside": "ALLOWED",

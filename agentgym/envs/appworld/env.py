@@ -260,7 +260,6 @@ class AppWorldEnv(AgentEnv):
             reward += 1.0 if won else 0.0
             info["won"], info["score"], info["progress"] = won, self.score(), self.progress()
             info["evaluation"] = self._evaluation
-        info["agent_failure"] = self._agent_failure  # type: ignore[typeddict-unknown-key]
         return obs, reward, terminated, truncated, info
 
     def _evaluate(self) -> None:
@@ -274,12 +273,13 @@ class AppWorldEnv(AgentEnv):
                 result = run_evaluator(str(self.install.python), full, manifest, self.task.task_id,
                                        worker.output_dbs(self.task.task_id), str(self.install.scratch_dir))
             except EvaluationError as e:
-                if self._agent_failure is None or not worker.tainted:
+                if self._agent_failure is None:
                     raise
                 # The agent's code broke its worker and left a state the evaluator cannot handle (it controls its
-                # size, for one): the scored failure must not turn into an unscored error.
-                logger.info("AppWorld task %s: the state left by the broken worker was not evaluated: %s",
-                            self.task.task_id, e)
+                # size, for one): the scored failure must not turn into an unscored error. A WARNING all the same:
+                # the error may be real damage to the environment.
+                logger.warning("AppWorld task %s: the state left by the broken worker was not evaluated: %s",
+                               self.task.task_id, e)
                 result = {"success": False, "num_tests": 1, "passes": [], "tampered": True, "failures": [
                     {"requirement": "the saved state could be evaluated", "trace": str(e)[:2000]}]}
         finally:
@@ -308,7 +308,7 @@ class AppWorldEnv(AgentEnv):
         info = super()._info(parsed, raw, outcome)
         info["scenario_id"] = scenario_of(self._task_id(self.task))  # type: ignore[typeddict-unknown-key]
         info["evaluation"] = None  # type: ignore[typeddict-unknown-key]
-        info["agent_failure"] = None  # type: ignore[typeddict-unknown-key]
+        info["agent_failure"] = self._agent_failure  # type: ignore[typeddict-unknown-key]
         return info
 
     def _prompt_fields(self) -> dict[str, Any]:

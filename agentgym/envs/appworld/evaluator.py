@@ -97,7 +97,9 @@ def _check_loads(task_id, dst):
         ModelCollection.load(to_db_home_path=get_db_home_path(storage_type="memory", type="task_output",
                                                               task_id=task_id),
                              from_db_home_path=dst, load_apps=get_all_apps(skip_admin=True))
-    except Exception as e:  # noqa: BLE001 - any failure to load the agent's state is the agent's doing
+    except (MemoryError, OSError, ImportError):
+        raise  # the evaluator's own resources or install, not the agent's state: an evaluation error
+    except Exception as e:  # noqa: BLE001 - any other failure to load the agent's state is the agent's doing
         return f"the saved state does not load: {type(e).__name__}: {str(e)[:300]}"
     return None
 

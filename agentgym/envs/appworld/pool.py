@@ -127,9 +127,7 @@ class _Server:
 
     def __init__(self, python: str, network: bool, scratch_dir: str, start_seconds: float):
         self.python, self.network = python, network
-        os.makedirs(scratch_dir, exist_ok=True)
-        self.home = tempfile.mkdtemp(prefix="server-", dir=scratch_dir)
-        Path(self.home, ".owner").write_text(str(os.getpid()))
+        self.home = _workspace(scratch_dir, "server-")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = sandbox_command([python, "-I", str(WORKER_SCRIPT), json.dumps({"control_fd": theirs.fileno()})],
                                SandboxLimits(network=network))
@@ -156,14 +154,6 @@ class _Server:
         #: seconds from start to ready (importing AppWorld)
         self.ready_seconds = time.monotonic() - t0
 
-    def _tail(self, n: int = 2000) -> str:
-        try:
-            with open(self._log_path, "rb") as f:
-                f.seek(max(0, os.path.getsize(self._log_path) - n))
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-
     def _recv(self, timeout: float, what: str, seq: int | None = None) -> dict:
         """The next answer (with ``seq``, the one to that message: answers left over from a call that was interrupted
         between its send and its receive are skipped)."""
@@ -188,7 +178,7 @@ class _Server:
             code = self.proc.poll()
             self.close()
             raise EnvCrashError(f"the AppWorld fork server died during {what} (exit code {code}); log tail:\n"
-                                f"{self._tail()}")
+                                f"{_tail(self._log_path, 2000)}")
         return json.loads(data)
 
     def call(self, msg: dict, fds: tuple[int, ...] = (), timeout: float = _CONTROL_TIMEOUT) -> dict:
@@ -297,6 +287,29 @@ _warned_unconfined = False
 _warned_files = False
 
 
+def _tail(path: str, n: int) -> str:
+    """The last ``n`` bytes of a log file, decoded ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - n))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _kill_child(server: _Server, pid: int) -> str:
+    """Kill a fork-server child's process group and reap it; how it ended. Never raises: when the server is gone
+    (and with it the reaping) the child is init's, so its group is killed directly."""
+    try:
+        return server.kill(pid)
+    except AgentGymError:
+        try:
+            os.killpg(pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return "killed (fork server gone)"
+
+
 def _workspace(scratch_dir: str, prefix: str) -> str:
     os.makedirs(scratch_dir, exist_ok=True)
     ws = tempfile.mkdtemp(prefix=prefix, dir=scratch_dir)
@@ -349,14 +362,8 @@ class Worker:
             self.status = status  # reaped by the poll: kill() then has nothing left to do
         return alive
 
-    def _stderr_tail(self, n: int = 1500) -> str:
-        path = os.path.join(self.workspace, ".worker-stderr.log")
-        try:
-            with open(path, "rb") as f:
-                f.seek(max(0, os.path.getsize(path) - n))
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+    def _stderr_tail(self) -> str:
+        return _tail(os.path.join(self.workspace, ".worker-stderr.log"), 1500)
 
     def _next(self, rid: str, timeout: float, what: str) -> dict:
         try:
@@ -434,15 +441,7 @@ class Worker:
     def kill(self) -> None:
         """Kill the worker's whole process group and reap it (idempotent); its workspace stays for evaluation."""
         if self.status is None:
-            try:
-                self.status = self.server.kill(self.pid)
-            except AgentGymError:
-                # The server is gone and with it the reaping: the child is init's now; kill its group directly.
-                try:
-                    os.killpg(self.pid, 9)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                self.status = "killed (fork server gone)"
+            self.status = _kill_child(self.server, self.pid)
         self._close_pipes()
 
     def _close_pipes(self) -> None:
@@ -619,13 +618,13 @@ def run_evaluator(python: str, full_data: str, manifest: str | None, task_id: st
         except EpisodeTimeoutError as e:
             raise EvaluationError(f"AppWorld evaluation of {task_id} took over {timeout:.0f}s") from e
         except _ChannelClosed:
-            log = Path(scratch, ".worker-stderr.log")
-            tail = log.read_text(errors="replace")[-1500:] if log.is_file() else ""
-            raise EvaluationError(f"AppWorld evaluation of {task_id} gave no result ({server.kill(pid)}):\n{tail}") \
-                from None
+            result = None
         finally:
             channel.close()
-            server.kill(pid)
+            status = _kill_child(server, pid)  # never raises: the EvaluationError stays the error
+        if result is None:
+            raise EvaluationError(f"AppWorld evaluation of {task_id} gave no result ({status}):\n"
+                                  f"{_tail(os.path.join(scratch, '.worker-stderr.log'), 1500)}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if not result.get("ok"):

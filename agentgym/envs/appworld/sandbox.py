@@ -29,8 +29,7 @@ import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["SandboxLimits", "network_isolation_available", "sandbox_command", "scrubbed_env", "limit_setter",
-           "rlimits"]
+__all__ = ["SandboxLimits", "network_isolation_available", "sandbox_command", "scrubbed_env", "rlimits"]
 
 logger = logging.getLogger(__name__)
 
@@ -129,20 +128,3 @@ def rlimits(limits: SandboxLimits) -> dict[str, int]:
             "RLIMIT_NOFILE": limits.open_files, "RLIMIT_CORE": 0,
             "RLIMIT_NPROC": _user_tasks() + limits.processes}
 
-
-def limit_setter(limits: SandboxLimits | None):
-    """A ``preexec_fn`` (child, after fork, before exec): its own session (the pool kills the whole group), no core
-    dumps, and with ``limits`` every rlimit of :func:`rlimits`."""
-    values = rlimits(limits) if limits is not None else {"RLIMIT_CORE": 0}
-
-    def apply() -> None:
-        import resource
-
-        for name, value in values.items():
-            which = getattr(resource, name)
-            soft, hard = resource.getrlimit(which)
-            cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(which, (cap, cap))
-        os.setsid()
-
-    return apply
