@@ -156,6 +156,15 @@ def test_index_failure_is_a_500(bm25):
         assert e.value.status == 500
 
 
+def _wait_until(cond, what: str, timeout_s: float = 30.0) -> None:
+    """Poll ``cond`` (bounded: a broken server fails the test instead of hanging CI)."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.01)
+
+
 def test_requests_waiting_together_share_one_search(bm25):
     gated = _Scripted(bm25)
     gated.gate.clear()
@@ -165,14 +174,12 @@ def test_requests_waiting_together_share_one_search(bm25):
         results: dict[int, list] = {}
         first = threading.Thread(target=lambda: results.__setitem__(0, client.search(q[:1], 2)))
         first.start()
-        while not gated.calls:  # the first search is running (blocked)
-            time.sleep(0.01)
+        _wait_until(lambda: gated.calls, "the first search to start")  # it is running (blocked)
         rest = [threading.Thread(target=lambda i=i: results.__setitem__(i, client.search(q[i:i + 2], i % 3 + 1)))
                 for i in range(1, 5)]
         for t in rest:
             t.start()
-        while srv.batcher.queue.qsize() < 4:  # all four wait behind the blocked search
-            time.sleep(0.01)
+        _wait_until(lambda: srv.batcher.queue.qsize() >= 4, "four queued requests")  # all wait behind it
         gated.gate.set()
         for t in [first, *rest]:
             t.join(10)

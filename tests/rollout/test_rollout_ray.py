@@ -5,6 +5,7 @@ Skipped when ray is not installed (pip install 'agentgym[ray]')."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +74,18 @@ def test_dead_actor_is_a_typed_error_not_a_crash():
     try:
         ok = pool.call("reset", [(i, 0, {"task_id": "gen-d1-0"}, (0, i)) for i in range(4)])
         assert all(r.error is None for r in ok)
-        ray.kill(pool._actors[1])
+        victim = pool._actors[1]
+        ray.kill(victim)
+        # ray.kill only asks the GCS to kill the actor; a task sent at once can still run before the kill lands
+        # (CI saw this). Wait, bounded, until the actor is seen dead, so the call below meets a dead actor.
+        for _ in range(300):
+            try:
+                ray.get(victim.__ray_ready__.remote(), timeout=10)
+            except ray.exceptions.RayActorError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("ray.kill did not kill the actor within 30 s")
         res = pool.call("step", [(i, "<action>inventory</action>") for i in range(4)])
         assert [r.error is None for r in res] == [True, False, True, False]
         assert "Ray env worker 1 failed" in res[1].error.message
