@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from agentgym.errors import AgentGymError
+from agentgym.net import urlopen
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class OpenAISummarizer:
         for _ in range(max(self.retries, 0) + 1):
             req = urllib.request.Request(url, data=body, headers=headers, method="POST")
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                with urlopen(req, timeout=self.timeout) as resp:
                     data = json.loads(resp.read().decode("utf-8"))
                 text = data["choices"][0]["message"]["content"]
                 if not isinstance(text, str) or not text.strip():

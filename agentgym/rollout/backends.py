@@ -188,6 +188,7 @@ class ProcessPool:
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
+                p.join(timeout=5)  # reap it, so it is gone from active_children() when close() returns
 
 
 def _split(requests: Sequence[tuple], workers: int) -> list[list[tuple[int, tuple]]]:

@@ -38,6 +38,7 @@ from http.client import HTTPException
 from typing import Any, Sequence
 
 from ..errors import PolicyError
+from ..net import urlopen
 from .policy import PromptContext, request_seeds
 
 __all__ = ["OpenAIConfig", "OpenAIPolicy", "PolicyResponse", "PolicyRequestError", "RETRYABLE_STATUS"]
@@ -213,7 +214,7 @@ class OpenAIPolicy:
     def _post(self, data: bytes) -> dict:
         req = urllib.request.Request(self.url, data=data, headers=self._headers(), method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=self.config.timeout_s) as resp:
+            with urlopen(req, timeout=self.config.timeout_s) as resp:
                 raw, status = resp.read(), resp.status
         except urllib.error.HTTPError as e:
             detail = _error_detail(e)

@@ -109,7 +109,7 @@ def test_gold_wins_and_wrong_and_do_nothing_fail_on_every_task(env):
 def test_failure_kinds_are_classified_on_real_engine_output():
     """Each failure kind AppWorld reports, on its own output: the text names the kind and ``process_ok`` is False.
     AppWorld counts the cells it executes (not lint refusals or syntax errors): the 5th is the last allowed."""
-    e = _quick_env(max_interactions=5, cell_timeout_seconds=1)
+    e = _quick_env(max_interactions=5)
     try:
         e.reset(options={"task_id": "agnoteadd_1"})
         cases = [  # (name, code, process_ok, a phrase of the output)
@@ -328,7 +328,7 @@ def test_escape_suite_is_contained_and_evaluation_stays_correct(listener, tmp_pa
 
 def test_agent_code_that_breaks_its_worker_fails_the_task():
     """Dying, hanging past the wall clock, or leaving a corrupt saved state is a scored failure, never an error."""
-    e = _quick_env(cell_timeout_seconds=1, wall_seconds_per_request=4)
+    e = _quick_env()  # 2 s per cell, 6 s per request: room for a loaded machine
     tid = "agnoteadd_1"
     log = f"experiments/outputs/agentgym/tasks/{tid}/dbs/simple_note.jsonl"
     routes = {
@@ -336,11 +336,12 @@ def test_agent_code_that_breaks_its_worker_fails_the_task():
         "os._exit": f"{IMP}('posix')._exit(3)",
         "signal": f"{IMP}('faulthandler')._sigsegv()",
         "corrupt change log": f"{IMP}('io').FileIO({log!r}, 'a').write(b'not json\\n')\n{IMP}('posix')._exit(0)",
-        # The cell itself returns; a thread it left behind kills the worker while it waits for the next cell.
-        "thread between cells": f"{IMP}('threading').Timer(0.2, {IMP}('posix')._exit, (5,)).start()",
+        # The cell itself returns; a thread it left behind kills the worker while it waits for the next cell (2 s
+        # later: long after the cell's answer, even on a loaded machine).
+        "thread between cells": f"{IMP}('threading').Timer(2.0, {IMP}('posix')._exit, (5,)).start()",
         # A thread stops the worker between cells; the next cell is bigger than the pipe holds: its write must not
         # block forever.
-        "stopped, then a big cell": f"{IMP}('threading').Timer(0.2, {IMP}('signal').raise_signal, (19,)).start()",
+        "stopped, then a big cell": f"{IMP}('threading').Timer(2.0, {IMP}('signal').raise_signal, (19,)).start()",
     }
     try:
         task = e.get_task(tid)

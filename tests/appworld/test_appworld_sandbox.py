@@ -91,7 +91,9 @@ def test_process_limit_stops_a_fork_bomb(tmp_path):
     code = ("import os\nn = 0\ntry:\n    while n < 100000:\n        if os.fork() == 0:\n            os._exit(0)\n"
             "        n += 1\nexcept OSError as e:\n    print('STOPPED', n, type(e).__name__)")
     out = _run(code, SandboxLimits(network=False, processes=16), str(tmp_path)).stdout
-    assert out.startswith("STOPPED") and int(out.split()[1]) <= 16, out
+    # The limit is the user's task count when the sandbox starts plus 16; tasks of the user that exit meanwhile give
+    # the bomb a little more room, so allow some slack (without a limit it would reach 100,000).
+    assert out.startswith("STOPPED") and int(out.split()[1]) <= 16 + 16, out
 
 
 def test_environment_is_scrubbed(tmp_path, monkeypatch):

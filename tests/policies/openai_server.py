@@ -3,7 +3,8 @@
 Replies are scripted: ``replies`` maps a user prompt to the assistant text (``default`` otherwise; ``None`` answers
 ``"content": null``, as servers do for a refusal or a tool call). Failures are
 injected per prompt and attempt: ``faults(prompt, attempt)`` returns ``None`` (answer normally), an HTTP status
-(e.g. 429, 500, 400), ``"sleep"`` (stall past the client's timeout, then answer) or ``"garbage"`` (a non-JSON 200).
+(e.g. 429, 500, 400), ``"sleep"`` (stall until the server is closed, at most ``sleep_s``, so the client's timeout
+always fires first however slow the machine) or ``"garbage"`` (a non-JSON 200).
 The server answers at most ``max_requests`` requests (then 503 for ever), so no client loop can run unbounded.
 """
 
@@ -11,18 +12,18 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
 
 class ScriptedServer:
     def __init__(self, replies: dict[str, str | None] | None = None, default: str = "<action>inventory</action>",
-                 faults: Callable[[str, int], object] | None = None, sleep_s: float = 1.0, max_requests: int = 5000):
+                 faults: Callable[[str, int], object] | None = None, sleep_s: float = 60.0, max_requests: int = 5000):
         self.replies = dict(replies or {})
         self.default = default
         self.faults = faults or (lambda prompt, attempt: None)
         self.sleep_s = sleep_s
+        self.release = threading.Event()  # set on close: frees stalled handlers
         self.max_requests = max_requests
         self.attempts: dict[str, int] = {}
         self.log: list[dict] = []  # one entry per request: prompt, attempt, outcome, headers, body
@@ -69,7 +70,7 @@ class ScriptedServer:
                 if fault == "garbage":
                     return self._send(200, b"<html>not json")
                 if fault == "sleep":
-                    time.sleep(server.sleep_s)
+                    server.release.wait(server.sleep_s)
                 text = server.replies.get(prompt, server.default)
                 payload = {"id": "chatcmpl-test", "object": "chat.completion", "model": body["model"],
                            "choices": [{"index": 0, "finish_reason": "stop",
@@ -92,6 +93,7 @@ class ScriptedServer:
         return self
 
     def __exit__(self, *exc):
+        self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()
         self.thread.join(timeout=5)

@@ -21,7 +21,9 @@ from agentgym.rollout.runner import collect_groups
 sys.path.insert(0, str(Path(__file__).parent))
 from openai_server import ScriptedServer  # noqa: E402
 
-FAST = dict(backoff_s=0.01, backoff_max_s=0.05, timeout_s=0.4)
+# A generous timeout: a normal local answer must never time out on a loaded CI machine (the tests count attempts);
+# the "sleep" fault stalls until the server closes, so it always times out.
+FAST = dict(backoff_s=0.01, backoff_max_s=0.05, timeout_s=2.0)
 
 
 def policy(server, **kw) -> OpenAIPolicy:
@@ -39,7 +41,7 @@ def oracle_script(task_ids, split="gen-depth1", seed=0):
 
 def test_retries_429_500_and_timeouts_then_answers():
     script = {0: 429, 1: 500, 2: "sleep"}
-    with ScriptedServer(faults=lambda p, a: script.get(a), sleep_s=0.8) as srv:
+    with ScriptedServer(faults=lambda p, a: script.get(a)) as srv:
         pol = policy(srv, max_retries=4)
         out = pol(["p1", "p2", "p3"])
         pol.close()
@@ -53,7 +55,7 @@ def test_retries_429_500_and_timeouts_then_answers():
 
 @pytest.mark.parametrize("fault,attempts", [(503, 3), (429, 3), ("sleep", 3), (400, 1), (401, 1), ("garbage", 1)])
 def test_failure_after_bounded_retries_is_a_typed_error(fault, attempts):
-    with ScriptedServer(faults=lambda p, a: fault if p == "bad" else None, sleep_s=0.6) as srv:
+    with ScriptedServer(faults=lambda p, a: fault if p == "bad" else None) as srv:
         out = policy(srv, max_retries=2)(["ok", "bad"])
     assert str(out[0]) == "<action>inventory</action>"
     err = out[1]
@@ -100,6 +102,27 @@ def test_request_carries_prompt_contract_sampling_and_auth(monkeypatch):
     assert (body["temperature"], body["top_p"], body["max_tokens"], body["stop"], body["seed"]) == \
         (0.7, 0.9, 64, ["</action>"], request_seeds(3, ["hello world"])[0])
     assert body["seed"] != 3 and again["body"]["seed"] == body["seed"]
+
+
+def test_loopback_endpoints_never_go_through_a_proxy(monkeypatch):
+    """urllib would send 127.0.0.1 requests to $http_proxy (here a closed port on 127.0.0.1): the policy goes direct."""
+    import urllib.error
+    import urllib.request
+
+    from agentgym.net import is_loopback_url
+
+    for var in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    with ScriptedServer() as srv:
+        with pytest.raises(urllib.error.URLError):  # what plain urllib does with this environment
+            urllib.request.urlopen(urllib.request.Request(srv.base_url + "/chat/completions", data=b"{}"), timeout=5)
+        out = policy(srv)(["hello"])
+    assert str(out[0]) == "<action>inventory</action>" and len(srv.log) == 1
+    assert all(is_loopback_url(u) for u in ("http://127.0.0.1:8000/v1", "http://localhost/v1", "http://[::1]:1/",
+                                            "http://127.3.2.1/"))
+    assert not any(is_loopback_url(u) for u in ("http://10.0.0.1/v1", "https://api.openai.com/v1", "http://[::2]/"))
 
 
 def test_sampling_seed_differs_per_group_member_and_trial_and_is_reproducible(tmp_path):
@@ -171,10 +194,10 @@ def test_cli_eval_end_to_end_with_injected_failures_and_resume(tmp_path):
         return {0: 429, 1: "sleep"}.get(a) if len(p) % 3 == 0 else (500 if a == 0 else None)
 
     out = tmp_path / "openai.jsonl"
-    with ScriptedServer(replies=replies, faults=faults, sleep_s=0.8) as srv:
+    with ScriptedServer(replies=replies, faults=faults) as srv:
         cmd = [sys.executable, "-m", "agentgym.cli", "eval", "TextCraft-v0", "--split", "gen-depth1", "--episodes",
                "4", "--policy", "openai:test-model", "--base-url", srv.base_url, "--retry-backoff", "0.01",
-               "--request-timeout", "0.4", "--max-retries", "2", "--concurrency", "4", "--out", str(out),
+               "--request-timeout", "2", "--max-retries", "2", "--concurrency", "4", "--out", str(out),
                "--format", "csv", "--pass-k", "1"]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, res.stderr

@@ -140,12 +140,22 @@ class _Scripted:
         return self.inner.search(queries, topk)
 
 
+def _wait_until(cond, what: str, timeout_s: float = 30.0) -> None:
+    """Poll ``cond`` (bounded: a broken server fails the test instead of hanging CI)."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.01)
+
+
 def test_timeout_is_typed_and_not_retried(bm25):
     slow = _Scripted(bm25, sleep=1.0)
     with RetrievalServer(slow, ServerConfig(port=0)) as srv:
         with pytest.raises(RequestTimeoutError):
             RetrievalClient(srv.url, timeout=0.2).search(["anything"], 1)
-        time.sleep(1.2)
+        _wait_until(lambda: slow.calls, "the request to reach the index")
+        time.sleep(1.2)  # longer than the search: a retry would have arrived by now
         assert slow.calls == [1]  # one request reached the index: the client did not retry
 
 
@@ -154,15 +164,6 @@ def test_index_failure_is_a_500(bm25):
         with pytest.raises(ServerError, match="index exploded") as e:
             RetrievalClient(srv.url).search(["q"], 1)
         assert e.value.status == 500
-
-
-def _wait_until(cond, what: str, timeout_s: float = 30.0) -> None:
-    """Poll ``cond`` (bounded: a broken server fails the test instead of hanging CI)."""
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.01)
 
 
 def test_requests_waiting_together_share_one_search(bm25):

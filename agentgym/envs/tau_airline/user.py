@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 
 from ...data import find_data
 from ...errors import DataNotFoundError, EnvCrashError, EpisodeTimeoutError
+from ...net import urlopen
 from .db import canonical_json
 from .tasks import AirlineTask
 
@@ -261,7 +262,7 @@ class OpenAIChat:
         for attempt in range(self.cfg.max_retries + 1):
             req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
             try:
-                with urllib.request.urlopen(req, timeout=self.cfg.timeout_s) as resp:
+                with urlopen(req, timeout=self.cfg.timeout_s) as resp:
                     payload = json.loads(resp.read().decode("utf-8"))
                 content = payload["choices"][0]["message"]["content"]
                 if not isinstance(content, str):
