@@ -9,6 +9,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+try:
+    from hypothesis import settings
+except ImportError:  # the property tests skip themselves
+    pass
+else:
+    # .ci/run sets HYPOTHESIS_PROFILE=ci: the property tests draw the same examples on every CI run, so CI never
+    # passes or fails by chance; local runs keep drawing new ones (and Hypothesis replays any failure it found).
+    settings.register_profile("ci", derandomize=True, print_blob=True)
+    if os.environ.get("HYPOTHESIS_PROFILE"):
+        settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
+
 
 def shared_data_dir() -> Path | None:
     for cand in (os.environ.get("AGENTGYM_SHARED_DATA"), REPO.parent / "shared" / "data"):
