@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -34,3 +36,19 @@ def shared_data() -> Path:
     if d is None:
         pytest.skip("staged research data not found: set AGENTGYM_SHARED_DATA or place shared/data beside the repo")
     return d
+
+
+def _wait_until(cond: Callable[[], object], what: str, timeout_s: float = 30.0, interval_s: float = 0.05) -> None:
+    """Poll ``cond`` until it is true; fail the test after ``timeout_s`` (a broken component fails instead of hanging
+    CI, and a slow machine gets all that time)."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+@pytest.fixture
+def wait_until() -> Callable[..., None]:
+    """``wait_until(cond, what, timeout_s=30)``: the one bounded polling loop of the tests."""
+    return _wait_until

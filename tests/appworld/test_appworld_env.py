@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 import warnings
 
 import numpy as np
@@ -326,7 +325,13 @@ def test_escape_suite_is_contained_and_evaluation_stays_correct(listener, tmp_pa
         e.close()
 
 
-def test_agent_code_that_breaks_its_worker_fails_the_task():
+def _proc_state(stat_path: str) -> str:
+    """The state letter of a /proc/PID/stat file (R, S, T, Z...)."""
+    with open(stat_path) as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_agent_code_that_breaks_its_worker_fails_the_task(wait_until):
     """Dying, hanging past the wall clock, or leaving a corrupt saved state is a scored failure, never an error."""
     e = _quick_env()  # 2 s per cell, 6 s per request: room for a loaded machine
     tid = "agnoteadd_1"
@@ -353,16 +358,12 @@ def test_agent_code_that_breaks_its_worker_fails_the_task():
             obs, r, term, trunc, info = e.step(f"<code>\n{code}\n</code>")
             if name == "thread between cells":
                 assert info["process_ok"] and not term, obs
-                deadline = time.monotonic() + 30
-                while e._worker.alive() and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                wait_until(lambda: not e._worker.alive(), "the thread to kill the worker")
                 obs, r, term, trunc, info = e.step("<code>print(1)</code>")
             elif name == "stopped, then a big cell":
                 assert info["process_ok"] and not term, obs
                 state = f"/proc/{e._worker.pid}/stat"
-                deadline = time.monotonic() + 30
-                while open(state).read().rsplit(")", 1)[1].split()[0] != "T" and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                wait_until(lambda: _proc_state(state) == "T", "the thread to stop the worker")
                 obs, r, term, trunc, info = e.step("<code>print(1)  # " + "x" * 300_000 + "</code>")
             assert term and not trunc and r == 0.0 and not info["won"] and info["process_ok"] is False, (name, obs)
             assert obs.startswith("Execution failed.") and info["error"] is None, (name, obs)
@@ -429,14 +430,13 @@ def test_corrupt_saved_state_is_a_failed_task_not_an_evaluation_error(env, tmp_p
     assert result["ok"] and not result["success"] and result["tampered"] and "over" in str(result["failures"])
 
 
-def test_killed_worker_is_a_typed_error_and_is_replaced(env):
+def test_killed_worker_is_a_typed_error_and_is_replaced(env, wait_until):
     # Killed from outside before it was sent any code: not the agent's doing, so an error, not a score.
     env.reset(options={"task_id": "agnotecount_1"})
     worker = env._worker
     os.kill(worker.pid, 9)
-    deadline = time.monotonic() + 30
-    while worker.alive() and time.monotonic() < deadline:
-        time.sleep(0.05)  # alive() asks the fork server, which reaps the child once it is dead
+    # alive() asks the fork server, which reaps the child once it is dead
+    wait_until(lambda: not worker.alive(), "the killed worker to be reaped")
     with pytest.raises(EnvCrashError):
         env.step("<code>print(1)</code>")
     obs, info = env.reset(options={"task_id": "agnotecount_1"})
@@ -445,7 +445,7 @@ def test_killed_worker_is_a_typed_error_and_is_replaced(env):
     assert obs.strip() == "4" and info["process_ok"]
 
 
-def test_control_channel_finalizers_and_forked_children_cannot_upset_the_fork_server(env):
+def test_control_channel_finalizers_and_forked_children_cannot_upset_the_fork_server(env, wait_until):
     import json
 
     from agentgym.envs.appworld import pool
@@ -472,9 +472,7 @@ def test_control_channel_finalizers_and_forked_children_cannot_upset_the_fork_se
     gone = pool.Worker(env._spec())
     gone.wait_ready()
     gone._close_pipes()  # its request pipe's EOF ends it
-    deadline = time.monotonic() + 30
-    while open(f"/proc/{gone.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z" and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: _proc_state(f"/proc/{gone.pid}/stat") == "Z", "the ended worker to become a zombie")
     assert worker.alive()  # any message
     assert not os.path.exists(f"/proc/{gone.pid}")
     gone.dispose()

@@ -140,21 +140,12 @@ class _Scripted:
         return self.inner.search(queries, topk)
 
 
-def _wait_until(cond, what: str, timeout_s: float = 30.0) -> None:
-    """Poll ``cond`` (bounded: a broken server fails the test instead of hanging CI)."""
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.01)
-
-
-def test_timeout_is_typed_and_not_retried(bm25):
+def test_timeout_is_typed_and_not_retried(bm25, wait_until):
     slow = _Scripted(bm25, sleep=1.0)
     with RetrievalServer(slow, ServerConfig(port=0)) as srv:
         with pytest.raises(RequestTimeoutError):
             RetrievalClient(srv.url, timeout=0.2).search(["anything"], 1)
-        _wait_until(lambda: slow.calls, "the request to reach the index")
+        wait_until(lambda: slow.calls, "the request to reach the index")
         time.sleep(1.2)  # longer than the search: a retry would have arrived by now
         assert slow.calls == [1]  # one request reached the index: the client did not retry
 
@@ -166,7 +157,7 @@ def test_index_failure_is_a_500(bm25):
         assert e.value.status == 500
 
 
-def test_requests_waiting_together_share_one_search(bm25):
+def test_requests_waiting_together_share_one_search(bm25, wait_until):
     gated = _Scripted(bm25)
     gated.gate.clear()
     q = _queries(bm25, 8)
@@ -175,12 +166,12 @@ def test_requests_waiting_together_share_one_search(bm25):
         results: dict[int, list] = {}
         first = threading.Thread(target=lambda: results.__setitem__(0, client.search(q[:1], 2)))
         first.start()
-        _wait_until(lambda: gated.calls, "the first search to start")  # it is running (blocked)
+        wait_until(lambda: gated.calls, "the first search to start")  # it is running (blocked)
         rest = [threading.Thread(target=lambda i=i: results.__setitem__(i, client.search(q[i:i + 2], i % 3 + 1)))
                 for i in range(1, 5)]
         for t in rest:
             t.start()
-        _wait_until(lambda: srv.batcher.queue.qsize() >= 4, "four queued requests")  # all wait behind it
+        wait_until(lambda: srv.batcher.queue.qsize() >= 4, "four queued requests")  # all wait behind it
         gated.gate.set()
         for t in [first, *rest]:
             t.join(10)

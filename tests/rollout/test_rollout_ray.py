@@ -5,7 +5,6 @@ Skipped when ray is not installed (pip install 'agentgym[ray]')."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -67,7 +66,17 @@ def test_env_exception_becomes_typed_error_on_ray():
             assert t.error.stage == "reset" and t.error.exception == "OSError"
 
 
-def test_dead_actor_is_a_typed_error_not_a_crash():
+def _dead(actor) -> bool:
+    try:
+        ray.get(actor.__ray_ready__.remote(), timeout=5)
+    except ray.exceptions.RayActorError:
+        return True
+    except ray.exceptions.GetTimeoutError:
+        pass  # a slow answer: ask again
+    return False
+
+
+def test_dead_actor_is_a_typed_error_not_a_crash(wait_until):
     from agentgym.rollout.backends import EnvFactory
 
     pool = RayPool(EnvFactory("TextCraft-v0", (("split", "gen-depth1"),)), 4, 2)
@@ -78,17 +87,7 @@ def test_dead_actor_is_a_typed_error_not_a_crash():
         ray.kill(victim)
         # ray.kill only asks the GCS to kill the actor; a task sent at once can still run before the kill lands
         # (CI saw this). Wait, bounded, until the actor is seen dead, so the call below meets a dead actor.
-        deadline = time.monotonic() + 30
-        while True:
-            if time.monotonic() > deadline:
-                pytest.fail("ray.kill did not kill the actor within 30 s")
-            try:
-                ray.get(victim.__ray_ready__.remote(), timeout=5)
-            except ray.exceptions.RayActorError:
-                break
-            except ray.exceptions.GetTimeoutError:
-                pass  # a slow answer: ask again
-            time.sleep(0.1)
+        wait_until(lambda: _dead(victim), "ray.kill to kill the actor")
         res = pool.call("step", [(i, "<action>inventory</action>") for i in range(4)])
         assert [r.error is None for r in res] == [True, False, True, False]
         assert "Ray env worker 1 failed" in res[1].error.message
