@@ -129,7 +129,8 @@ def _cmd_eval(args) -> int:
         if hasattr(policy, "close"):
             policy.close()
     order = entry.family_order if args.by == "family" else ()
-    table = format_table(summarize(rows, by=args.by, order=order), args.format, by=args.by)
+    table = format_table(summarize(rows, by=args.by, order=order), args.format, by=args.by,
+                         identity=grid.env_identity())
     print(table)
     from .eval.summary import scenario_goal_completion
 

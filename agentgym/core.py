@@ -180,6 +180,14 @@ class AgentEnv(gym.Env[str, str]):
         """JSON-serialisable facts about the current task for summaries (``family``, ``depth``...)."""
         return {}
 
+    def run_identity(self) -> dict[str, Any]:
+        """JSON-serialisable settings that change what this env's scores *mean* (TextCraft's ``rules``, τ's
+        ``task_set``...), resolved to their effective values (a default included, so a run never depends on which
+        default was current when it ran). ``agentgym eval`` writes them into every results row as top-level fields,
+        shows them in every table, and refuses to resume a results file written under other values. Empty by
+        default."""
+        return {}
+
     def oracle_action(self) -> str:
         """A response (with tags) of a privileged expert for the current state."""
         raise NotImplementedError(f"{type(self).__name__} has no oracle policy")

@@ -3,7 +3,8 @@
 An *episode* is ``(task_id, seed, trial)``: the env resets with ``seed`` and ``options={"task_id": task_id}``; a
 privileged policy draws from a generator seeded by ``(seed, digest(task_id), trial)``. Episodes already finished in the
 results file are skipped, so a killed run resumes where it stopped; each finished episode is appended and flushed
-at once. Each row records the run's identity (policy, policy options, ``max_turns``, env kwargs); resuming a file
+at once. Each row records the run's identity (policy, policy options, ``max_turns``, env kwargs, and the env's own
+identity fields such as TextCraft's ``rules``); resuming a file
 whose rows of this env split were made with another identity raises
 :class:`~agentgym.eval.results.ResultsMismatchError` (see :mod:`.results`).
 """
@@ -43,13 +44,29 @@ class EvalGrid:
     address: str | None = None  # Ray cluster address (backend "ray"); default: a local Ray instance
 
     def task_ids(self) -> list[str]:
+        return list(self._probe()[0])
+
+    def env_identity(self) -> dict[str, Any]:
+        """The env's own identity fields (:meth:`agentgym.core.AgentEnv.run_identity`, e.g. ``rules``) under this
+        grid's split and env kwargs."""
+        return dict(self._probe()[1])
+
+    def _probe(self) -> tuple[list[str], dict[str, Any]]:
+        # One throwaway env answers both questions; cached, as some envs are slow to make.
+        key = (self.env_id, self.split, self.episodes, repr(sorted(self.env_kwargs.items())))
+        cached = getattr(self, "_probed", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         import agentgym
 
         env = agentgym.make(self.env_id, split=self.split, **self.env_kwargs)
         try:
-            return list(env.task_ids(self.episodes))  # TaskError for an unbounded (generated) split without episodes
+            ids = list(env.task_ids(self.episodes))  # TaskError for an unbounded (generated) split without episodes
+            ident = dict(env.run_identity())
         finally:
             env.close()
+        self._probed = (key, (ids, ident))
+        return ids, ident
 
     def episodes_list(self) -> list[tuple[str, int, int]]:
         return [(t, int(s), k) for t in self.task_ids() for s in self.seeds for k in range(self.trials)]
@@ -68,7 +85,7 @@ def run_grid(grid: EvalGrid, policy: Policy | EnvPolicy, out: str, *, policy_nam
     """
     results = ResultsFile(out)
     name = policy_name or getattr(policy, "name", None) or getattr(policy, "__name__", None) or type(policy).__name__
-    identity = run_identity(name, policy_args, grid.max_turns, grid.env_kwargs)
+    identity = run_identity(name, policy_args, grid.max_turns, grid.env_kwargs, grid.env_identity())
     existing = results.read()  # once: rows with per-request records make large files
     results.check_identity(grid.env_id, grid.split, identity, existing)
     done = results.done_keys(existing)

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import AgentGymError, MissingDependencyError
-from .summary import _mean_se, ordered, pass_k_curve
+from .results import env_identity_fields
+from .summary import _mean_se, format_identity, ordered, pass_k_curve
 
 __all__ = ["Run", "load_run", "breakdown", "turns_to_success", "learning_curves", "report_markdown",
            "plot_report", "main", "DEFAULT_BREAKDOWNS"]
@@ -176,11 +177,12 @@ def report_markdown(runs: Sequence[Run], by: Sequence[str] | None = None, max_k:
     train = [r for r in runs if r.kind == "train"]
     out: list[str] = []
     if res:
-        out.append("## Runs\n\n| run | file | episodes | errors | success (%) |\n|---|---|---:|---:|---:|")
+        out.append("## Runs\n\n| run | file | identity | episodes | errors | success (%) |\n"
+                   "|---|---|---|---:|---:|---:|")
         for run in res:
             a = _overall(run.rows)
-            out.append(f"| {run.label} | {run.path} | {a['n']} | {a['errors']} | {_pct(a['success'])} ± "
-                       f"{_pct(a['se'])} |")
+            out.append(f"| {run.label} | {run.path} | {_identity_text(run.rows)} | {a['n']} | {a['errors']} | "
+                       f"{_pct(a['success'])} ± {_pct(a['se'])} |")
         for col in breakdown_columns(res, by):
             tables = {run.label: breakdown(run.rows, col) for run in res}
             values = _row_order(res, col, {v for t in tables.values() for v in t if v != "All"}) + ["All"]
@@ -218,6 +220,20 @@ def report_markdown(runs: Sequence[Run], by: Sequence[str] | None = None, max_k:
                 out.append(f"| {series or '-'} | {m} | {len(xs)} | {ys[0]:.4g} | {ys[-1]:.4g} | {min(ys):.4g} "
                            f"| {max(ys):.4g} |")
     return "\n".join(out).lstrip("\n")
+
+
+def run_identities(rows: Sequence[dict]) -> list[dict]:
+    """The distinct env identity fields (``rules``, ``task_set``...) of a run's rows, in order of appearance."""
+    seen: list[dict] = []
+    for r in rows:
+        ident = env_identity_fields(r)
+        if ident not in seen:
+            seen.append(ident)
+    return seen
+
+
+def _identity_text(rows: Sequence[dict]) -> str:
+    return "; ".join(format_identity(i) or "—" for i in run_identities(rows))
 
 
 def _overall(rows: Sequence[dict]) -> dict:
@@ -349,7 +365,7 @@ def main(args) -> int:
 def _report_json(runs, by, max_k) -> dict:
     res = [r for r in runs if r.kind == "results"]
     return {
-        "results": {run.label: {"path": run.path, "overall": _overall(run.rows),
+        "results": {run.label: {"path": run.path, "identity": run_identities(run.rows), "overall": _overall(run.rows),
                                 "breakdown": {c: breakdown(run.rows, c) for c in breakdown_columns(res, by)},
                                 "pass_k": pass_k_curve(run.rows, max_k),
                                 "turns_to_success": turns_to_success(run.rows)} for run in res},

@@ -5,7 +5,8 @@ error are kept and skipped; errored episodes are played again and the newer row 
 was killed mid-write) is ignored with a warning.
 
 Every row also records the *run identity* that made it (:data:`IDENTITY_FIELDS`: the policy, its result-affecting
-options, ``max_turns`` and the env kwargs). An env split in a results file belongs to one identity: resuming it
+options, ``max_turns`` and the env kwargs; plus the env's own identity fields, top-level, from
+:meth:`agentgym.core.AgentEnv.run_identity`: e.g. TextCraft's ``rules``, τ's ``task_set``). An env split in a results file belongs to one identity: resuming it
 with another one raises :class:`ResultsMismatchError` rather than skipping episodes that another configuration
 played (and reporting its rows as this run's). Use another results file for another configuration.
 """
@@ -20,7 +21,8 @@ from typing import Any, Iterable
 
 from ..errors import AgentGymError
 
-__all__ = ["ResultsFile", "ResultsMismatchError", "episode_key", "IDENTITY_FIELDS", "run_identity"]
+__all__ = ["ResultsFile", "ResultsMismatchError", "episode_key", "IDENTITY_FIELDS", "run_identity",
+           "env_identity_fields"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +40,34 @@ def episode_key(row: dict) -> tuple:
     return (row["env_id"], row["split"], str(row["task_id"]), int(row["seed"]), int(row["trial"]))
 
 
-def run_identity(policy: str, policy_args: dict | None, max_turns: int | None, env_kwargs: dict | None) -> dict:
+def run_identity(policy: str, policy_args: dict | None, max_turns: int | None, env_kwargs: dict | None,
+                 env_identity: dict | None = None) -> dict:
     """The identity fields of a run, as they read back from JSON (tuples become lists; objects that JSON cannot
     hold, such as a retriever passed in ``env_kwargs``, are recorded by their type: a default ``repr`` holds a
-    memory address, which would make every resume in a new process look like another run)."""
+    memory address, which would make every resume in a new process look like another run).
+
+    ``env_identity`` (the env's :meth:`~agentgym.core.AgentEnv.run_identity`, e.g. ``{"rules": "canonical"}``)
+    adds top-level fields; they may not reuse the names of the base fields or of a row's own columns."""
     ident = {"policy": policy, "policy_args": dict(policy_args or {}), "max_turns": max_turns,
              "env_kwargs": dict(env_kwargs or {})}
+    env_identity = dict(env_identity or {})
+    for k, v in env_identity.items():
+        if k in ident or k in _ROW_COLUMNS or k == "identity_fields":
+            raise ValueError(f"env identity field {k!r} would overwrite a results-row column")
+        ident[k] = v
+    # Named in the row too, so readers (``agentgym report``) can tell the env's identity fields from other columns.
+    ident["identity_fields"] = sorted(env_identity)
     return json.loads(json.dumps(ident, sort_keys=True, default=_type_label))
+
+
+#: Columns every results row has besides the identity fields (env identity fields may not shadow them).
+_ROW_COLUMNS = frozenset({"env_id", "split", "task_id", "seed", "trial", "won", "score", "turns", "total_reward",
+                          "error", "wall_s", "family", "metrics"})
+
+
+def env_identity_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """The env's own identity fields (e.g. ``{"rules": "canonical"}``) of a results row or run identity."""
+    return {k: row.get(k) for k in row.get("identity_fields") or ()}
 
 
 def _type_label(obj: Any) -> str:
@@ -85,14 +108,17 @@ class ResultsFile:
     def check_identity(self, env_id: str, split: str, identity: dict[str, Any],
                        rows: list[dict] | None = None) -> None:
         """Raise :class:`ResultsMismatchError` when rows of ``env_id``/``split`` were made with another identity
-        (rows written before identities were recorded count as another one)."""
+        (rows written before identities were recorded count as another one; so do rows without one of the env's
+        identity fields, such as TextCraft rows written before ``rules`` existed)."""
+        fields = list(dict.fromkeys([*IDENTITY_FIELDS, *identity]))
         for row in self.read() if rows is None else rows:
             if row.get("env_id") != env_id or row.get("split") != split:
                 continue
-            theirs = {f: row.get(f) for f in IDENTITY_FIELDS}
-            if theirs != identity:
-                diff = ", ".join(f"{f}: {theirs[f]!r} there, {identity[f]!r} now" for f in IDENTITY_FIELDS
-                                 if theirs[f] != identity[f])
+            theirs = {f: row.get(f) for f in fields}
+            mine = {f: identity.get(f) for f in fields}
+            if theirs != mine:
+                diff = ", ".join(f"{f}: {theirs[f]!r} there, {mine[f]!r} now" for f in fields
+                                 if theirs[f] != mine[f])
                 raise ResultsMismatchError(
                     f"{self.path} already holds {env_id}/{split} episodes of another run configuration ({diff}); "
                     "resuming would mix the two. Use another --out file for this configuration")

@@ -18,7 +18,7 @@ import re
 from math import comb
 from typing import Sequence
 
-__all__ = ["ordered", "metric_names", "summarize", "format_table", "pass_hat_k", "pass_k_curve", "format_pass_k", "scenario_goal_completion"]
+__all__ = ["ordered", "metric_names", "summarize", "format_table", "format_identity", "pass_hat_k", "pass_k_curve", "format_pass_k", "scenario_goal_completion"]
 
 
 def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
@@ -83,7 +83,17 @@ def summarize(rows: Sequence[dict], by: str = "family", order: Sequence[str] = (
     return out
 
 
-def format_table(summary: list[dict], fmt: str = "markdown", by: str = "family") -> str:
+def format_identity(identity: dict | None) -> str:
+    """The caption line of a markdown table: the env's identity fields (``rules: canonical · task_set: ...``)."""
+    return " · ".join(f"{k}: {v}" for k, v in (identity or {}).items())
+
+
+def format_table(summary: list[dict], fmt: str = "markdown", by: str = "family", identity: dict | None = None) -> str:
+    """``summary`` as a markdown, CSV or JSON table. ``identity`` (the env's identity fields of the run, e.g.
+    ``{"rules": "canonical"}``) is a caption line above a markdown table and leading columns of every CSV/JSON
+    row, so a number is never read without the rules that made it."""
+    if identity:
+        summary = [{**identity, **s} for s in summary]
     if fmt == "json":
         return json.dumps(summary, indent=2)
     if fmt == "csv":
@@ -95,9 +105,10 @@ def format_table(summary: list[dict], fmt: str = "markdown", by: str = "family")
     if fmt != "markdown":
         raise ValueError(f"unknown table format {fmt!r}: markdown, csv or json")
     base = {by, "episodes", "errors", "wins", "success", "success_se", "score", "score_se", "turns", "turns_se",
-            "reward", "reward_se"}
+            "reward", "reward_se", *(identity or {})}
     metrics = [k for k in summary[0] if k not in base and not k.endswith("_se")]
-    lines = [f"| {by} | episodes | wins | success (%) | score | reward | turns | "
+    caption = [format_identity(identity), ""] if identity else []
+    lines = caption + [f"| {by} | episodes | wins | success (%) | score | reward | turns | "
              + "".join(f"{m} | " for m in metrics) + "errors |",
              "|---|" + "---:|" * (7 + len(metrics))]
     for s in summary:

@@ -297,3 +297,28 @@ def test_summary_without_families_has_only_the_all_row():
     mixed = summarize(rows + [dict(family="a", won=False, score=0.0, turns=3, total_reward=0.0, error=None)])
     assert [r["family"] for r in mixed] == ["(none)", "a", "All"]
     assert [r["episodes"] for r in mixed] == [3, 1, 4]
+
+
+def test_env_identity_fields_go_into_rows_tables_and_the_resume_check(tmp_path, monkeypatch):
+    """An env's ``run_identity()`` (e.g. TextCraft's ``rules``) is written into every row, shown in every table
+    format, and a results file made under other values is refused."""
+    from agentgym.envs.textcraft.env import TextCraftEnv
+    from agentgym.eval.report import load_run, report_markdown
+    from agentgym.eval.results import env_identity_fields
+
+    monkeypatch.setattr(TextCraftEnv, "run_identity", lambda self: {"rules": "ruleset-a"})
+    g = EvalGrid(env_id="TextCraft-v0", split="gen-depth1", episodes=2, max_turns=5)
+    out = tmp_path / "r.jsonl"
+    rows = run_grid(g, RandomPolicy(), out)
+    assert rows and all(r["rules"] == "ruleset-a" and env_identity_fields(r) == {"rules": "ruleset-a"} for r in rows)
+    summary = summarize(rows)
+    assert format_table(summary, "markdown", identity=g.env_identity()).splitlines()[0] == "rules: ruleset-a"
+    assert all(r["rules"] == "ruleset-a" for r in json.loads(format_table(summary, "json", identity={"rules": "ruleset-a"})))
+    assert format_table(summary, "csv", identity={"rules": "ruleset-a"}).splitlines()[0].startswith("rules,")
+    assert "rules: ruleset-a" in report_markdown([load_run(str(out))])
+
+    monkeypatch.setattr(TextCraftEnv, "run_identity", lambda self: {"rules": "ruleset-b"})
+    with pytest.raises(ResultsMismatchError, match="rules: 'ruleset-a' there, 'ruleset-b' now"):
+        run_grid(EvalGrid(env_id="TextCraft-v0", split="gen-depth1", episodes=2, max_turns=5), RandomPolicy(), out)
+    with pytest.raises(ValueError, match="overwrite"):
+        run_identity("p", None, None, None, {"won": 1})
