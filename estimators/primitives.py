@@ -12,6 +12,7 @@ import numpy as np
 
 __all__ = [
     "group_labels",
+    "pair_partition",
     "group_normalize",
     "return_to_go",
     "discounted_suffix_sum",
@@ -95,6 +96,51 @@ def _pair_labels_radix(first: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, in
     labels = np.empty(n, dtype=np.int64)
     labels[perm] = np.cumsum(change) - 1
     return labels, int(labels[perm[-1]]) + 1
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on uint64: a bijection (distinct keys stay distinct) that spreads small or
+    structured keys (``gid * 1000 + state``) over all 64 bits."""
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(30))
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(27))
+        x = x * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def pair_partition(first: np.ndarray, n_first: int, key: np.ndarray) -> tuple[np.ndarray, int]:
+    """Labels 0..U-1 of the distinct pairs ``(first, key)``, for dense ids ``first`` in 0..n_first-1 and any
+    int64 ``key`` (GiGPO's step clusters: group index x ``obs_hash``).
+
+    The same *partition* as :func:`group_labels` (labels are numbered in another order) with one sort instead of
+    two: each pair is packed into one uint64, ``first`` in the top bits and the top bits of a bijective mix of
+    ``key`` below it, and the packed values are argsorted once. Two different keys of one group could share the
+    packed bits (odds about u^2 / 2^(64 - bits(n_first)) per group of u distinct keys); the sorted runs are
+    checked against the full keys, and such a batch takes :func:`group_labels`' exact path, so the result is
+    always exact."""
+    n = key.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    gbits = max(1, int(max(n_first, 1) - 1).bit_length())
+    if gbits > 32:
+        return group_labels(first, key)
+    k = np.asarray(key, dtype=np.int64)
+    packed = np.asarray(first).astype(np.uint64) << np.uint64(64 - gbits)
+    packed |= _mix64(k.view(np.uint64)) >> np.uint64(gbits)
+    order = np.argsort(packed)
+    ps = packed[order]
+    eq = ps[1:] == ps[:-1]
+    ks = k[order]
+    if np.any(eq & (ks[1:] != ks[:-1])):
+        return group_labels(first, key)
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
+    np.logical_not(eq, out=starts[1:])
+    dense = np.cumsum(starts) - 1
+    labels = np.empty(n, dtype=np.int64)
+    labels[order] = dense
+    return labels, int(dense[-1]) + 1
 
 
 def _group_labels_lexsort(*keys: np.ndarray) -> tuple[np.ndarray, int]:
