@@ -17,6 +17,11 @@ literal Algorithm 1, one float64 matrix-vector product per record, then scans th
 tokens, K = 100 teacher top-k log-probs) against a per-token Python reference; at 100k responses its top-k arrays
 alone would take about 1.3 GB, so that size is not run.
 
+Then GiGPO with ``preset="verl-agent"`` against verl-agent's own algorithm (``verl_agent_gigpo``: its
+``gigpo/core_gigpo.py`` functions transcribed from torch to numpy, O(N^2) returns included; above 12,800 rows it runs
+on the first groups and its time is scaled linearly, a lower bound), on 63-bit observation digests and on the raw
+observation strings verl-agent groups (``TrajectoryBatch(obs_hash=strings)`` digests each distinct string once).
+
 Then BiPACE (greedy cosine clustering + PACE q + episode term) with 3,584-dimensional float32 fingerprints at the
 paper's setting (16 groups x 8 rollouts x 20 turns) and at 10k rows, timed without and with the batch construction
 (``TrajectoryBatch(...)``: coercion, validation and the L2 normalization of the fingerprints), against the literal

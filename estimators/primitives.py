@@ -109,34 +109,49 @@ def _mix64(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def pair_partition(first: np.ndarray, n_first: int, key: np.ndarray) -> tuple[np.ndarray, int]:
-    """Labels 0..U-1 of the distinct pairs ``(first, key)``, for dense ids ``first`` in 0..n_first-1 and any
-    int64 ``key`` (GiGPO's step clusters: group index x ``obs_hash``).
+def _radix_argsort32(packed: np.ndarray) -> np.ndarray:
+    """An ``argsort`` of values below 2**32: two stable 16-bit passes, which numpy runs as radix sorts in linear
+    time (about a third of the time of one comparison argsort of 64-bit keys at 100k rows)."""
+    lo = (packed & np.uint64(0xFFFF)).astype(np.uint16)
+    order = np.argsort(lo, kind="stable")
+    hi = (packed[order] >> np.uint64(16)).astype(np.uint16)
+    return order[np.argsort(hi, kind="stable")]
 
-    The same *partition* as :func:`group_labels` (labels are numbered in another order) with one sort instead of
-    two: each pair is packed into one uint64, ``first`` in the top bits and the top bits of a bijective mix of
-    ``key`` below it, and the packed values are argsorted once. Two different keys of one group could share the
-    packed bits (odds about u^2 / 2^(64 - bits(n_first)) per group of u distinct keys); the sorted runs are
-    checked against the full keys, and such a batch takes :func:`group_labels`' exact path, so the result is
-    always exact."""
+
+def pair_partition(first: np.ndarray, n_first: int, key: np.ndarray) -> tuple[np.ndarray, int]:
+    """Labels 0..U-1 of the distinct pairs ``(first, key)``, for dense ids ``first`` in 0..n_first-1 (at most
+    2**16) and any int64 ``key`` (GiGPO's step clusters: group index x ``obs_hash``).
+
+    The same *partition* as :func:`group_labels` (labels are numbered in another order), faster: each pair is
+    packed into 32 bits, ``first`` in the top bits and the top bits of a bijective mix of ``key`` below them, and
+    the packed values are sorted by two 16-bit radix passes (linear time). Different keys of one group can share
+    their packed bits (about u^2 / 2^(33 - bits(n_first)) per group of u distinct keys); the sorted runs are
+    checked against the full keys, and the rows of a run that holds more than one key are ordered by their full
+    key, so the labels are always exact."""
     n = key.shape[0]
     if n == 0:
         return np.zeros(0, dtype=np.int64), 0
     gbits = max(1, int(max(n_first, 1) - 1).bit_length())
-    if gbits > 32:
+    if gbits > 16:
         return group_labels(first, key)
     k = np.asarray(key, dtype=np.int64)
-    packed = np.asarray(first).astype(np.uint64) << np.uint64(64 - gbits)
-    packed |= _mix64(k.view(np.uint64)) >> np.uint64(gbits)
-    order = np.argsort(packed)
+    hbits = 32 - gbits
+    packed = np.asarray(first).astype(np.uint64) << np.uint64(hbits)
+    packed |= _mix64(k.view(np.uint64)) >> np.uint64(64 - hbits)
+    order = _radix_argsort32(packed)
     ps = packed[order]
-    eq = ps[1:] == ps[:-1]
+    same_run = ps[1:] == ps[:-1]
     ks = k[order]
-    if np.any(eq & (ks[1:] != ks[:-1])):
-        return group_labels(first, key)
+    clash = same_run & (ks[1:] != ks[:-1])
+    if clash.any():
+        # runs whose packed value covers several keys: sort their rows by (run, key), in place
+        run = np.concatenate(([0], np.cumsum(~same_run)))
+        rows = np.flatnonzero(np.isin(run, run[1:][clash]))
+        order[rows] = order[rows][np.lexsort((ks[rows], run[rows]))]
+        ks = k[order]
     starts = np.empty(n, dtype=bool)
     starts[0] = True
-    np.logical_not(eq, out=starts[1:])
+    np.logical_not(same_run & (ks[1:] == ks[:-1]), out=starts[1:])
     dense = np.cumsum(starts) - 1
     labels = np.empty(n, dtype=np.int64)
     labels[order] = dense

@@ -249,12 +249,21 @@ def test_pair_partition_is_exact_including_the_fallback(monkeypatch):
                else rng.integers(0, 2**62, size=max(1, n // 5))[rng.integers(0, max(1, n // 5), size=n)])
         a, na = P.pair_partition(first, int(first.max()) + 1, key)
         assert same(a, na, *P.group_labels(first, key))
-    # packed collisions (every key of a group packs to the same value) take the exact path
+    # packed collisions: with 1,000 groups only 22 bits of each key's mix are packed, so a few hundred distinct
+    # keys per group collide; and with a constant mix every key of a group collides. Both stay exact.
+    first = np.repeat(np.arange(1000), 200)
+    key = rng.integers(-2**63, 2**63 - 1, size=first.size)
+    a, na = P.pair_partition(first, 1000, key)
+    assert same(a, na, *P.group_labels(first, key)) and na == first.size
     monkeypatch.setattr(P, "_mix64", lambda x: np.zeros_like(x))
-    first = np.array([0, 0, 0, 1, 1])
-    key = np.array([7, 8, 7, 7, 9])
+    first = np.array([0, 0, 0, 1, 1, 1])
+    key = np.array([7, 8, 7, 7, 9, 9])
     a, na = P.pair_partition(first, 2, key)
     assert same(a, na, *P.group_labels(first, key)) and na == 4
+    # more groups than 16 bits hold: group_labels' path
+    first = np.arange(70_000) // 2
+    key = np.arange(70_000) % 3
+    assert same(*P.pair_partition(first, 35_000, key), *P.group_labels(first, key))
 
 
 # ------------------------------------------------------------------------------------------ GSPO
