@@ -17,6 +17,11 @@ literal Algorithm 1, one float64 matrix-vector product per record, then scans th
 tokens, K = 100 teacher top-k log-probs) against a per-token Python reference; at 100k responses its top-k arrays
 alone would take about 1.3 GB, so that size is not run.
 
+Then GiGPO with ``preset="verl-agent"`` against verl-agent's own algorithm (``verl_agent_gigpo``: its
+``gigpo/core_gigpo.py`` functions transcribed from torch to numpy, O(N^2) returns included; above 12,800 rows it runs
+on the first groups and its time is scaled linearly, a lower bound), on 63-bit observation digests and on the raw
+observation strings verl-agent groups (``TrajectoryBatch(obs_hash=strings)`` digests each distinct string once).
+
 Then BiPACE (greedy cosine clustering + PACE q + episode term) with 3,584-dimensional float32 fingerprints at the
 paper's setting (16 groups x 8 rollouts x 20 turns) and at 10k rows, timed without and with the batch construction
 (``TrajectoryBatch(...)``: coercion, validation and the L2 normalization of the fingerprints), against the literal
@@ -600,6 +605,93 @@ def readme_tables(rows):
     return out + "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------------ verl-agent GiGPO
+def verl_agent_gigpo(c: dict, anchor_obs: np.ndarray, gamma=0.95, kappa=0.1, eps=1e-6) -> np.ndarray:
+    """verl-agent's GiGPO (``gigpo/core_gigpo.py``) as verl-agent runs it, on numpy instead of torch: its
+    ``compute_step_discounted_returns`` (for every row an ``np.where`` over the batch: O(N^2)), the per-row penalty
+    on the episode score, ``episode_norm_reward`` with ``compute_mean_std_cross_steps=True``, ``build_step_group``
+    (one ``np.where`` per group, a dict of exact observation strings) and ``step_norm_reward``; mean_std_norm."""
+    from collections import defaultdict
+
+    rewards = c["reward"].astype(np.float32)
+    traj = c["traj_id"]
+    index = c["group_id"]
+    valid = c["valid_action"]
+    # compute_step_discounted_returns (rows of a trajectory are in turn order in this batch)
+    returns_by_traj = {}
+    for uid in np.unique(traj):
+        idx = np.where(traj == uid)[0]
+        rr = rewards[idx]
+        out = np.zeros_like(rr)
+        run = 0.0
+        for t in reversed(range(len(rr))):
+            run = rr[t] + gamma * run
+            out[t] = run
+        returns_by_traj[uid] = out
+    step_returns = np.zeros_like(rewards)
+    for i, uid in enumerate(traj):
+        idx = np.where(traj == uid)[0]
+        step_returns[i] = returns_by_traj[uid][np.where(idx == i)[0][0]]
+    # episode score per row minus the row's penalty; statistics over the rows of each uid
+    R = np.zeros(len(rewards))
+    np.add.at(R, traj, rewards)  # traj ids are 0..T-1 here
+    scores = R[traj] - kappa * (~valid)
+    id2score = defaultdict(list)
+    for i in range(len(scores)):
+        id2score[index[i]].append(scores[i])
+    id2stat = {k: (0.0, 1.0) if len(v) == 1 else (np.mean(v), np.std(v, ddof=1)) for k, v in id2score.items()}
+    ep = np.array([(scores[i] - id2stat[index[i]][0]) / (id2stat[index[i]][1] + eps) for i in range(len(scores))])
+    # build_step_group + step_norm_reward
+    uids = np.empty(len(rewards), dtype=object)
+    for g in np.unique(index):
+        locs = np.where(index == g)[0]
+        clusters = defaultdict(list)
+        for loc in locs:
+            clusters[anchor_obs[loc]].append(loc)
+        for k, (obs, members) in enumerate(clusters.items()):
+            for m in members:
+                uids[m] = (g, k)
+    id2r = defaultdict(list)
+    for i in range(len(rewards)):
+        id2r[uids[i]].append(step_returns[i])
+    st_stat = {k: (np.mean(v), 1.0) if len(v) == 1 else (np.mean(v), np.std(v, ddof=1)) for k, v in id2r.items()}
+    st = np.array([(step_returns[i] - st_stat[uids[i]][0]) / (st_stat[uids[i]][1] + eps) for i in range(len(rewards))])
+    return ep + st
+
+
+def verl_agent_section(sizes, quick, rows_out):
+    """GiGPO with ``preset="verl-agent"`` against verl-agent's algorithm, on 63-bit observation digests (what
+    agentgym's envs hand over) and on the raw observation strings verl-agent groups (``digest_strings`` + GiGPO)."""
+    for n_rows in sizes:
+        cols = synth(n_rows)
+        rng = np.random.default_rng(7)
+        texts = np.array([f"You arrive at cabinet {s % 1000}. On the cabinet {s % 1000}, you see a mug "
+                          f"{s // 1000 % 97}, a spoon 2, and a dishsponge 3. Group {s // 1000}." for s in cols["obs_hash"]],
+                         dtype=object)
+        digests = rng.integers(0, 2**63 - 1, size=int(cols["obs_hash"].max()) + 1)[cols["obs_hash"]]
+        # verl-agent's returns are O(N^2): above 12,800 rows (its default batch of 16 x 8 x 100 turns) the reference
+        # runs on the first groups and its time is scaled linearly (a lower bound on its true cost)
+        groups = np.unique(cols["group_id"])
+        n_ref = groups.size if len(texts) <= 12_800 else max(1, int(groups.size * 12_800 / len(texts)))
+        sub = sub_batch({**cols, "text": texts}, groups[:n_ref])
+        t_ref, ref_out = median_time(lambda: verl_agent_gigpo(sub, sub["text"]), 1)
+        scale = len(texts) / len(sub["reward"])
+        b_dig = E.TrajectoryBatch(**{**cols, "obs_hash": digests})
+        repeat = 3 if quick else (9 if n_rows <= 10_000 else 5)
+        t_dig, res = median_time(lambda: E.compute_advantage("gigpo", b_dig, preset="verl-agent"), repeat, 0.25)
+        t_txt, res_t = median_time(lambda: E.compute_advantage("gigpo", E.TrajectoryBatch(**{**cols, "obs_hash": texts}),
+                                                               preset="verl-agent"), repeat, 0.25)
+        t_hash, _ = median_time(lambda: E.digest_strings(texts), repeat, 0.25)
+        keep = np.isin(cols["group_id"], np.unique(sub["group_id"]))
+        err = float(np.max(np.abs(res_t.turn_adv[keep].astype(np.float64) - ref_out)))
+        note = "~" if scale > 1 else ""
+        _row(rows_out, "gigpo verl-agent preset (63-bit digests)", b_dig.n_turns, t_dig,
+             t_ref * scale, None, note, section="verl-agent")
+        _row(rows_out, "gigpo verl-agent preset from observation strings", b_dig.n_turns, t_txt, t_ref * scale, err,
+             note, section="verl-agent")
+        _row(rows_out, "  of which digest_strings", b_dig.n_turns, t_hash, None, None, "", section="verl-agent")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000, 100_000])
@@ -607,6 +699,7 @@ def main():
     ap.add_argument("--sample-100k", action="store_true",
                     help="time the per-row references above 20k rows on 10%% of the groups and scale (faster)")
     ap.add_argument("--no-bipace", action="store_true", help="skip the BiPACE section (D=3584)")
+    ap.add_argument("--no-verl-agent", action="store_true", help="skip the GiGPO vs verl-agent section")
     ap.add_argument("--markdown", action="store_true", help="print every row as a markdown table at the end")
     ap.add_argument("--readme", action="store_true", help="print the README's two tables at the end")
     args = ap.parse_args()
@@ -615,6 +708,8 @@ def main():
     rows: list = []
     t0 = time.perf_counter()
     turn_table(args.sizes, args.quick, args.sample_100k, rows)
+    if not args.no_verl_agent:
+        verl_agent_section(args.sizes, args.quick, rows)
     if not args.no_bipace:
         bipace_section(args.quick, rows)
     print(f"total benchmark time {time.perf_counter() - t0:.1f} s, load average now {os.getloadavg()[0]:.2f}")

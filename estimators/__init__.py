@@ -49,7 +49,7 @@ This package is a leaf: numpy only, no trainer, no ``agentgym``.
 from . import a2tgpo, bipace, gigpo, gvpo, outcome, pvpo, sgcd  # noqa: F401  (fill the registry)
 from .a2tgpo import a2tgpo_components, clip_scale_from_ig
 from .action_keys import action_keys, action_tag, first_n, parse_action
-from .batch import BatchValidationError, MissingColumnError, TrajectoryBatch
+from .batch import BatchValidationError, MissingColumnError, TrajectoryBatch, digest_strings
 from .bipace import (CalibrationResult, EpsCalibrator, HashNgram, calibrate_eps, cluster_groups,
                      greedy_cosine_clusters, pace_advantage)
 from .configs import (A2TGPOConfig, BiGPOConfig, BiPACEConfig, ConfigError, DAPOConfig, GiGPOConfig, GVPOConfig,
@@ -65,7 +65,7 @@ from .sgcd import segment_scores, sgcd_weights, support_divergence
 __all__ = [
     "TrajectoryBatch", "BatchValidationError", "MissingColumnError", "ConfigError",
     "compute_advantage", "available", "register", "get_estimator", "make_config", "AdvantageResult",
-    "OutcomeConfig", "DAPOConfig", "GiGPOConfig", "HGPOConfig", "BiGPOConfig", "BiPACEConfig", "A2TGPOConfig",
+    "digest_strings", "OutcomeConfig", "DAPOConfig", "GiGPOConfig", "HGPOConfig", "BiGPOConfig", "BiPACEConfig", "A2TGPOConfig",
     "IGPOConfig", "GVPOConfig", "PVPOConfig", "SGCDConfig",
     "group_normalize", "group_labels", "return_to_go", "broadcast_to_tokens", "mixed_groups", "overlong_penalty",
     "greedy_cosine_clusters", "cluster_groups", "HashNgram", "calibrate_eps", "CalibrationResult", "EpsCalibrator",

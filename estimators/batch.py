@@ -11,6 +11,7 @@ order, trajectory lengths and returns, the token -> turn-row map) are computed o
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any, Iterable
 
@@ -120,8 +121,38 @@ def _coerce_int(name: str, value: Any, dtype: Any) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
+def digest_strings(values: Any, namespace: str = "obs-text") -> np.ndarray:
+    """Stable non-negative int64 digests (BLAKE2b-64, personalised with ``namespace``, top bit cleared) of the
+    exact UTF-8 text of each string, equal for equal text in any process. Each *distinct* string is digested
+    once (a batch repeats observations: that is what GiGPO's anchor states are), so the cost is one dict lookup per
+    row plus one digest per distinct string. No normalisation: verl-agent groups anchor observations by exact
+    text, and so does this."""
+    items = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    person = namespace.encode()[:16]
+    memo = dict.fromkeys(items)  # the distinct strings, found at C speed (str hashes are cached on the objects)
+    for s in memo:
+        if not isinstance(s, str):
+            raise BatchValidationError("obs_hash", f"mixed column: {type(s).__name__} among strings",
+                                       [items.index(s)])
+        raw = hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8, person=person).digest()
+        memo[s] = int.from_bytes(raw, "little") >> 1
+    return np.fromiter(map(memo.__getitem__, items), dtype=np.int64, count=len(items))
+
+
+def _holds_strings(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "US" or (value.dtype.kind == "O" and value.size > 0
+                                            and isinstance(value.flat[0], str))
+    if isinstance(value, (list, tuple)):
+        return len(value) > 0 and isinstance(value[0], str)
+    return False
+
+
 def _coerce(name: str, value: Any) -> np.ndarray:
     dtype = _ALL_COLUMNS[name]
+    if name == "obs_hash" and _holds_strings(value):
+        # raw observation strings (verl-agent's ``anchor_obs``): digested once per distinct string
+        return digest_strings(np.asarray(value, dtype=object).reshape(-1))
     if name == "task_id":
         arr = np.asarray(value)
         if arr.dtype.kind in "iub":
@@ -177,6 +208,10 @@ class TrajectoryBatch:
     Token columns are ``[B, L]`` arrays (``row_traj_id`` and ``response_len_tokens``: ``[B]``; SGCD's top-K
     arrays: ``[B, L, K]``). ``validate=False`` skips the contract checks of spec 1.3 (the derived indices are
     still computed); use it only on data you built yourself.
+
+    ``obs_hash`` takes int64 digests (agentgym's ``info["obs_hash"]``) or the raw anchor observation strings, as
+    verl-agent's ``anchor_obs`` holds them: strings are digested once per distinct string
+    (:func:`digest_strings`, exact text), so equal observations share a digest in any batch and process.
     """
 
     def __init__(

@@ -20,7 +20,7 @@ import numpy as np
 
 from .batch import TrajectoryBatch
 from .configs import BiGPOConfig, BiPACEConfig, ConfigError
-from .gigpo import cluster_diagnostics, episode_term, step_returns, step_term
+from .gigpo import cluster_diagnostics, episode_term, step_kappa, step_returns, step_term
 from .primitives import group_labels
 from .registry import compute_advantage, register
 from .result import AdvantageResult, finalize
@@ -433,7 +433,7 @@ def _bigpo_like(batch: TrajectoryBatch, cfg: BiGPOConfig, name: str) -> Advantag
         diags["eps_calibration_inside_target"] = float(cal.inside_target)
         logger.info("%s: calibrated eps=%.4f after probes %s", name, eps, cal.probes)
     cluster, n_c = cluster_groups(batch, eps, cfg.atol, x=x, embedder=cfg.embedder)
-    ret = step_returns(batch, cfg.gamma, cfg.invalid_action_penalty, name)
+    ret = step_returns(batch, cfg.gamma, step_kappa(cfg), name)
     a_ep = episode_term(batch, cfg, name)
     diags.update(cluster_diagnostics(cluster, n_c))
     if cfg.pace == "gigpo":

@@ -43,10 +43,20 @@ def config_keys(cls: type) -> list[str]:
 
 @dataclass(frozen=True)
 class OutcomeConfig:
-    """GRPO / Dr.GRPO / RLOO (spec 3.1-3.3). ``verl_compat`` (GRPO and RLOO only, spec 2.1; ``dr_grpo`` rejects
-    it): singleton groups get the raw reward, as in verl."""
+    """GRPO / Dr.GRPO / RLOO (spec 3.1-3.3).
+
+    ``verl_compat`` (GRPO and RLOO only, spec 2.1; ``dr_grpo`` rejects it): singleton groups get the raw reward,
+    as in verl. ``episode_stats``: ``"per_traj"`` (default) takes the group statistic over one return per
+    trajectory; ``"per_step"`` over every turn row, as verl-agent's GRPO does with its default
+    ``compute_mean_std_cross_steps=True`` and its RLOO does by construction (a group's rows are its members), so
+    longer trajectories weigh more and RLOO leaves one *row* out. With one row per trajectory the two agree.
+    """
 
     verl_compat: bool = False
+    episode_stats: str = "per_traj"
+
+    def __post_init__(self) -> None:
+        _choice(self, "episode_stats", ("per_traj", "per_step"))
 
 
 @dataclass(frozen=True)
@@ -74,7 +84,19 @@ class DAPOConfig:
 
 @dataclass(frozen=True)
 class GiGPOConfig:
-    """GiGPO (spec 4.1). ``invalid_action_penalty`` is kappa_inv (0 disables; spec 2.2)."""
+    """GiGPO (spec 4.1). ``invalid_action_penalty`` is kappa_inv (0 disables; spec 2.2).
+
+    Options that reproduce verl-agent's conventions (spec 2.2; all off by default, all on in :meth:`verl_agent`):
+
+    * ``episode_stats="per_step"``: the episode term's group statistic counts every step row (verl-agent's
+      ``compute_mean_std_cross_steps=True``) instead of one return per trajectory.
+    * ``penalty_in_episode_term="per_row"``: each row's episode score is R(tau) minus that row's own penalty.
+    * ``penalty_in_step_returns="none"``: the step term's returns-to-go are discounted from the env rewards r_k,
+      not from the penalized r'_k. verl-agent computes them before it applies the penalty, so there the penalty
+      never reaches the step term. Default ``"discounted"`` (spec 2.3: returns of r').
+    * ``episode_singleton="raw"``: a group with a single member in the episode statistic gets its raw score
+      (verl-agent: mean 0, std 1) instead of 0.
+    """
 
     gamma: float = 0.95
     step_advantage_w: float = 1.0
@@ -82,13 +104,35 @@ class GiGPOConfig:
     invalid_action_penalty: float = 0.1
     episode_stats: str = "per_traj"
     penalty_in_episode_term: str = "none"
+    penalty_in_step_returns: str = "discounted"
+    episode_singleton: str = "zero"
 
     def __post_init__(self) -> None:
         _choice(self, "mode", ("mean_norm", "mean_std_norm"))
         _choice(self, "episode_stats", ("per_traj", "per_step"))
         _choice(self, "penalty_in_episode_term", ("none", "per_row"))
+        _choice(self, "penalty_in_step_returns", ("discounted", "none"))
+        _choice(self, "episode_singleton", ("zero", "raw"))
         _positive(self, "gamma")
         _positive(self, "invalid_action_penalty")
+
+    @classmethod
+    def verl_agent(cls, **overrides: Any) -> "GiGPOConfig":
+        """verl-agent's GiGPO as a whole (``gigpo/core_gigpo.py`` with its ALFWorld/WebShop run scripts):
+        gamma 0.95, w = 1, ``mean_std_norm`` (the scripts' setting; verl-agent's yaml default is ``mean_norm``:
+        pass ``mode="mean_norm"`` to get it), invalid-action penalty 0.1 applied per row to the episode score and
+        kept out of the step returns, episode statistics over step rows, raw score for a one-row group.
+        ``overrides`` replace any field (``GiGPOConfig.verl_agent(mode="mean_norm")``). Also available as the
+        estimator config key ``preset="verl-agent"`` through :func:`estimators.make_config`."""
+        base = dict(gamma=0.95, step_advantage_w=1.0, mode="mean_std_norm", invalid_action_penalty=0.1,
+                    episode_stats="per_step", penalty_in_episode_term="per_row", penalty_in_step_returns="none",
+                    episode_singleton="raw")
+        valid = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - valid)
+        if unknown:
+            raise ConfigError(f"unknown config key(s) {unknown} for {cls.__name__}.verl_agent(); valid keys: "
+                              f"{sorted(valid)}")
+        return cls(**{**base, **overrides})
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """GiGPO (spec 4.1) and HGPO (spec 4.2, reference only), plus the step-level pieces BiGPO reuses.
 
-All group-bys are one ``lexsort`` plus ``bincount``: cost O(N log N) in the number of turn rows, independent of
-how many rows share a state (verl-agent's step grouping compares every row against the batch, O(N^2)).
+All group-bys are one sort plus ``bincount``: cost O(N log N) in the number of turn rows, independent of how many
+rows share a state. verl-agent's ``compute_step_discounted_returns`` is O(N^2) (for every row it scans the batch
+with ``np.where`` to find its trajectory), and its ``build_step_group`` scans the batch once per group.
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ import numpy as np
 
 from .batch import TrajectoryBatch
 from .configs import GiGPOConfig, HGPOConfig
-from .primitives import discounted_suffix_sum, group_labels, group_normalize
+from .primitives import discounted_suffix_sum, group_labels, group_normalize, pair_partition
 from .registry import register
 from .result import AdvantageResult, finalize
 
 __all__ = [
     "penalized_rewards",
+    "step_kappa",
     "step_returns",
     "episode_term",
     "step_term",
@@ -35,6 +37,12 @@ def penalized_rewards(batch: TrajectoryBatch, kappa_inv: float, estimator: str) 
     return r
 
 
+def step_kappa(cfg: GiGPOConfig) -> float:
+    """The penalty that reaches the step returns: kappa_inv, or 0 with ``penalty_in_step_returns="none"``
+    (verl-agent computes the returns before it applies the penalty; spec 2.2)."""
+    return 0.0 if cfg.penalty_in_step_returns == "none" else cfg.invalid_action_penalty
+
+
 def step_returns(batch: TrajectoryBatch, gamma: float, kappa_inv: float, estimator: str) -> np.ndarray:
     """Spec 2.3 return-to-go of the penalized rewards, in batch row order (float64)."""
     r = penalized_rewards(batch, kappa_inv, estimator)
@@ -47,8 +55,9 @@ def step_returns(batch: TrajectoryBatch, gamma: float, kappa_inv: float, estimat
 
 def _normalize_with_stats(row_values: np.ndarray, row_labels: np.ndarray, stat_values: np.ndarray,
                           stat_labels: np.ndarray, n_labels: int, mode: str, ddof: int, delta: float,
-                          var_eps: float = 0.0) -> np.ndarray:
-    """Normalize ``row_values`` with the mean/std of ``stat_values`` taken per label (singleton stats -> 0)."""
+                          var_eps: float = 0.0, raw_singleton: bool = False) -> np.ndarray:
+    """Normalize ``row_values`` with the mean/std of ``stat_values`` taken per label (singleton stats -> 0, or
+    the raw row value with ``raw_singleton``)."""
     counts = np.bincount(stat_labels, minlength=n_labels).astype(np.float64)
     ref = np.zeros(n_labels)
     ref[stat_labels[::-1]] = stat_values[::-1]
@@ -61,13 +70,17 @@ def _normalize_with_stats(row_values: np.ndarray, row_labels: np.ndarray, stat_v
     else:
         var = np.bincount(stat_labels, weights=dev_s * dev_s, minlength=n_labels) / np.maximum(counts - ddof, 1.0)
         out = dev / (np.sqrt(var + var_eps)[row_labels] + delta)
+    if raw_singleton:  # verl-agent: mean 0, std 1 -> (x - 0) / (1 + delta) under mean_std_norm
+        single = row_values if mode == "mean_norm" else row_values / (1.0 + delta)
+        return np.where(counts[row_labels] <= 1, single, out)
     return np.where(counts[row_labels] <= 1, 0.0, out)
 
 
 def episode_term(batch: TrajectoryBatch, cfg: GiGPOConfig, estimator: str, ddof: int = 1) -> np.ndarray:
     """Spec 4.1 step 1: A_ep per turn row (float64). ``episode_stats="per_traj"``: one value per trajectory;
-    ``"per_step"``: every step row counts once (verl-agent's ``compute_mean_std_cross_all_data=True``).
-    ``penalty_in_episode_term="per_row"`` reproduces verl-agent's per-row penalized episode score (spec 2.2)."""
+    ``"per_step"``: every step row counts once (verl-agent's ``compute_mean_std_cross_steps=True``).
+    ``penalty_in_episode_term="per_row"`` reproduces verl-agent's per-row penalized episode score (spec 2.2);
+    ``episode_singleton="raw"`` gives a one-member statistic the raw score (verl-agent's mean 0, std 1)."""
     if batch.n_turns == 0:
         return np.zeros(0)
     R_rows = batch.traj_return[batch.traj_index]
@@ -76,13 +89,14 @@ def episode_term(batch: TrajectoryBatch, cfg: GiGPOConfig, estimator: str, ddof:
         score = R_rows - cfg.invalid_action_penalty * (~batch.valid_action).astype(np.float64)
     else:
         score = R_rows
+    raw = getattr(cfg, "episode_singleton", "zero") == "raw"
     if cfg.episode_stats == "per_step":
         return _normalize_with_stats(score, batch.group_index, score, batch.group_index, batch.n_groups,
-                                     cfg.mode, ddof, 1e-6)
+                                     cfg.mode, ddof, 1e-6, raw_singleton=raw)
     # per trajectory: the statistic uses one score per trajectory (its first row, as verl-agent dedupes)
     first_rows = batch.canonical_order[batch.traj_start]
     return _normalize_with_stats(score, batch.group_index, score[first_rows], batch.traj_group, batch.n_groups,
-                                 cfg.mode, ddof, 1e-6)
+                                 cfg.mode, ddof, 1e-6, raw_singleton=raw)
 
 
 def step_term(returns: np.ndarray, cluster: np.ndarray, n_clusters: int, mode: str, ddof: int = 1,
@@ -112,13 +126,14 @@ def cluster_diagnostics(cluster: np.ndarray, n_clusters: int) -> dict[str, float
 @register("gigpo", GiGPOConfig)
 def gigpo(batch: TrajectoryBatch, cfg: GiGPOConfig) -> AdvantageResult:
     """Spec 4.1: A(i) = A_ep(tau(i)) + w * norm({R_j : j in C(i)}), C(i) = rows of the group with the same
-    ``obs_hash`` (any depth, any trajectory), R = discounted return-to-go of the penalized rewards."""
+    ``obs_hash`` (any depth, any trajectory), R = discounted return-to-go of the penalized rewards (of the env
+    rewards with ``penalty_in_step_returns="none"``). :meth:`GiGPOConfig.verl_agent` reproduces verl-agent."""
     batch.require(("group_id", "traj_id", "turn_idx", "reward", "obs_hash"), "gigpo")
     if cfg.invalid_action_penalty > 0:
         batch.require(("valid_action",), "gigpo")
-    ret = step_returns(batch, cfg.gamma, cfg.invalid_action_penalty, "gigpo")
+    ret = step_returns(batch, cfg.gamma, step_kappa(cfg), "gigpo")
     a_ep = episode_term(batch, cfg, "gigpo")
-    cluster, n_c = group_labels(batch.group_index, batch.obs_hash)
+    cluster, n_c = pair_partition(batch.group_index, batch.n_groups, batch.obs_hash)
     a_st = step_term(ret, cluster, n_c, cfg.mode)
     adv = a_ep + cfg.step_advantage_w * a_st
     diags = cluster_diagnostics(cluster, n_c)
@@ -153,7 +168,7 @@ def hgpo(batch: TrajectoryBatch, cfg: HGPOConfig) -> AdvantageResult:
     a_k = norm of the returns-to-go over G_k (population std), k = 1..K+1, plus the optional base level k = 0
     (the episode advantage, population std)."""
     batch.require(("group_id", "traj_id", "turn_idx", "reward", "obs_hash"), "hgpo")
-    ret = step_returns(batch, cfg.gamma, cfg.invalid_action_penalty, "hgpo")
+    ret = step_returns(batch, cfg.gamma, step_kappa(cfg), "hgpo")
     num = np.zeros(batch.n_turns)
     den = np.zeros(batch.n_turns)
     diags: dict[str, float] = {}

@@ -118,15 +118,24 @@ def _segments(token_turn_idx: "torch.Tensor", mask: "torch.Tensor") -> tuple["to
 
 def compute_log_ratio(logprob: "torch.Tensor", old_logprob: "torch.Tensor", mask: "torch.Tensor",
                       ratio: str = "token", token_turn_idx: "torch.Tensor | None" = None) -> "torch.Tensor":
-    """Spec 6.1: log of the per-token ratio. ``token``: clamp(delta, -20, 20). ``sequence``: the masked mean of
-    delta per row, clamped at 10, in the stop-gradient form log pi - sg(log pi) + sg(l_b) (forward l_b, gradient
-    of log pi). ``turn``: the same per (row, turn) segment."""
+    """Spec 6.1: log of the per-token ratio. ``token``: clamp(delta, -20, 20) (verl's ``compute_policy_loss``).
+    ``sequence`` (GSPO): l_b = min(masked mean of delta per row, 10), with delta unclamped as in verl's
+    ``compute_policy_loss_gspo``, in the stop-gradient form log pi - sg(log pi) + sg(l_b): the forward value is
+    l_b on every token, the gradient that of log pi. ``turn``: the same per (row, turn) segment.
+
+    One intentional difference from verl's GSPO, where l_b > 10 only: verl clamps the whole per-token expression
+    ``log pi - sg(log pi) + sg(l_b)`` at 10, and ``torch.clamp`` passes no gradient where it clips, so such a row
+    gets no gradient at all; here (spec 6.1) the clamp applies to l_b, so the row's ratio is e^10 and its gradient
+    e^10 * grad log pi, which the PPO clip then handles like any other ratio above 1 + eps_high (the clipped branch
+    is active for A > 0, so the gradient is 0 there as in verl; for A < 0 it flows). Forward values are identical.
+    """
     import torch
 
     mask = mask.bool()
-    delta = torch.clamp(logprob - old_logprob, -20.0, 20.0)
+    raw = logprob - old_logprob
     if ratio == "token":
-        return delta
+        return torch.clamp(raw, -20.0, 20.0)
+    delta = raw
     m = mask.to(delta.dtype)
     if ratio == "sequence":
         seq = (delta * m).sum(-1) / m.sum(-1).clamp(min=1.0)

@@ -58,15 +58,21 @@ def overlong_penalty(length: np.ndarray, overlong_max: int = 20480, overlong_cac
 def _outcome(batch: TrajectoryBatch, name: str, mode: str, cfg: OutcomeConfig) -> AdvantageResult:
     batch.require(("group_id", "traj_id", "reward"), name)
     R = batch.traj_return
-    a = trajectory_advantage(R, batch.traj_group, batch.n_groups, mode, verl_compat=cfg.verl_compat)
-    turn = a[batch.traj_index] if batch.n_turns else np.zeros(0)
+    if cfg.episode_stats == "per_step":
+        # verl-agent: every step row is a member of its group's statistic (and RLOO leaves one row out)
+        turn = group_normalize(R[batch.traj_index], batch.group_index, batch.n_groups, mode=mode,
+                               singleton="raw" if cfg.verl_compat else "zero") if batch.n_turns else np.zeros(0)
+    else:
+        a = trajectory_advantage(R, batch.traj_group, batch.n_groups, mode, verl_compat=cfg.verl_compat)
+        turn = a[batch.traj_index] if batch.n_turns else np.zeros(0)
     diags = {"frac_groups_all_equal": _all_equal_frac(R, batch.traj_group, batch.n_groups)}
     return finalize(batch, name, cfg, turn, diagnostics=diags)
 
 
 @register("grpo", OutcomeConfig)
 def grpo(batch: TrajectoryBatch, cfg: OutcomeConfig) -> AdvantageResult:
-    """Spec 3.1: A = (R - mu_p) / (sigma_p + 1e-6), sigma with ddof=1; singleton -> 0 (``verl_compat``: R)."""
+    """Spec 3.1: A = (R - mu_p) / (sigma_p + 1e-6), sigma with ddof=1; singleton -> 0 (``verl_compat``: R).
+    ``episode_stats="per_step"``: mu and sigma over the group's turn rows (verl-agent)."""
     return _outcome(batch, "grpo", "mean_std_norm", cfg)
 
 
@@ -86,7 +92,8 @@ def dr_grpo(batch: TrajectoryBatch, cfg: OutcomeConfig) -> AdvantageResult:
 
 @register("rloo", OutcomeConfig)
 def rloo(batch: TrajectoryBatch, cfg: OutcomeConfig) -> AdvantageResult:
-    """Spec 3.3: A = R - mean of the other trajectories = G/(G-1) (R - mu_p)."""
+    """Spec 3.3: A = R - mean of the other trajectories = G/(G-1) (R - mu_p). ``episode_stats="per_step"``: the
+    mean of the other turn rows of the group (verl-agent's RLOO over step rows)."""
     return _outcome(batch, "rloo", "loo", cfg)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 __all__ = [
     "group_labels",
+    "pair_partition",
     "group_normalize",
     "return_to_go",
     "discounted_suffix_sum",
@@ -95,6 +96,66 @@ def _pair_labels_radix(first: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, in
     labels = np.empty(n, dtype=np.int64)
     labels[perm] = np.cumsum(change) - 1
     return labels, int(labels[perm[-1]]) + 1
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on uint64: a bijection (distinct keys stay distinct) that spreads small or
+    structured keys (``gid * 1000 + state``) over all 64 bits."""
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(30))
+        x = x * np.uint64(0xBF58476D1CE4E5B9)
+        x = x ^ (x >> np.uint64(27))
+        x = x * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def _radix_argsort32(packed: np.ndarray) -> np.ndarray:
+    """An ``argsort`` of values below 2**32: two stable 16-bit passes, which numpy runs as radix sorts in linear
+    time (about a third of the time of one comparison argsort of 64-bit keys at 100k rows)."""
+    lo = (packed & np.uint64(0xFFFF)).astype(np.uint16)
+    order = np.argsort(lo, kind="stable")
+    hi = (packed[order] >> np.uint64(16)).astype(np.uint16)
+    return order[np.argsort(hi, kind="stable")]
+
+
+def pair_partition(first: np.ndarray, n_first: int, key: np.ndarray) -> tuple[np.ndarray, int]:
+    """Labels 0..U-1 of the distinct pairs ``(first, key)``, for dense ids ``first`` in 0..n_first-1 (at most
+    2**16) and any int64 ``key`` (GiGPO's step clusters: group index x ``obs_hash``).
+
+    The same *partition* as :func:`group_labels` (labels are numbered in another order), faster: each pair is
+    packed into 32 bits, ``first`` in the top bits and the top bits of a bijective mix of ``key`` below them, and
+    the packed values are sorted by two 16-bit radix passes (linear time). Different keys of one group can share
+    their packed bits (about u^2 / 2^(33 - bits(n_first)) per group of u distinct keys); the sorted runs are
+    checked against the full keys, and the rows of a run that holds more than one key are ordered by their full
+    key, so the labels are always exact."""
+    n = key.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    gbits = max(1, int(max(n_first, 1) - 1).bit_length())
+    if gbits > 16:
+        return group_labels(first, key)
+    k = np.asarray(key, dtype=np.int64)
+    hbits = 32 - gbits
+    packed = np.asarray(first).astype(np.uint64) << np.uint64(hbits)
+    packed |= _mix64(k.view(np.uint64)) >> np.uint64(64 - hbits)
+    order = _radix_argsort32(packed)
+    ps = packed[order]
+    same_run = ps[1:] == ps[:-1]
+    ks = k[order]
+    clash = same_run & (ks[1:] != ks[:-1])
+    if clash.any():
+        # runs whose packed value covers several keys: sort their rows by (run, key), in place
+        run = np.concatenate(([0], np.cumsum(~same_run)))
+        rows = np.flatnonzero(np.isin(run, run[1:][clash]))
+        order[rows] = order[rows][np.lexsort((ks[rows], run[rows]))]
+        ks = k[order]
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
+    np.logical_not(same_run & (ks[1:] == ks[:-1]), out=starts[1:])
+    dense = np.cumsum(starts) - 1
+    labels = np.empty(n, dtype=np.int64)
+    labels[order] = dense
+    return labels, int(dense[-1]) + 1
 
 
 def _group_labels_lexsort(*keys: np.ndarray) -> tuple[np.ndarray, int]:

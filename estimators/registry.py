@@ -15,7 +15,8 @@ from .batch import TrajectoryBatch
 from .configs import ConfigError
 from .result import AdvantageResult
 
-__all__ = ["register", "compute_advantage", "available", "get_estimator", "make_config", "EstimatorSpec"]
+__all__ = ["register", "compute_advantage", "available", "get_estimator", "make_config", "EstimatorSpec",
+           "PRESETS"]
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,22 @@ def get_estimator(name: str) -> EstimatorSpec:
         raise ConfigError(f"unknown estimator {name!r}; available: {', '.join(available())}") from None
 
 
+#: (estimator, preset name) -> the config class method that builds it (``preset="verl-agent"``).
+PRESETS: dict[tuple[str, str], str] = {("gigpo", "verl-agent"): "verl_agent"}
+
+
 def make_config(name: str, **config: Any) -> Any:
-    """Build the config of estimator ``name``; unknown keys raise :class:`ConfigError` listing the valid ones."""
+    """Build the config of estimator ``name``; unknown keys raise :class:`ConfigError` listing the valid ones.
+
+    ``preset="verl-agent"`` (GiGPO) starts from a named preset (:data:`PRESETS`); the other keys override it."""
     spec = get_estimator(name)
+    preset = config.pop("preset", None)
+    if preset is not None:
+        method = PRESETS.get((name, preset))
+        if method is None:
+            known = sorted(p for n, p in PRESETS if n == name)
+            raise ConfigError(f"estimator {name!r} has no preset {preset!r}; presets: {known or 'none'}")
+        return getattr(spec.config_cls, method)(**config)
     valid = [f.name for f in dataclasses.fields(spec.config_cls)]
     unknown = sorted(set(config) - set(valid))
     if unknown:

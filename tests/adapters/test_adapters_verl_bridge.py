@@ -120,3 +120,15 @@ def test_pvpo_v_table_from_a_path_or_a_mapping_is_checked_like_agentgym_train(tm
     for bad in ({}, {"t0": True}, {"t0": "high"}):
         with pytest.raises(SettingsError):
             _pvpo_table({"v_table": bad})
+
+
+def test_adapters_verl_bridge_gigpo_preset_by_name():
+    """``algorithm.agentgym.gigpo.preset=verl-agent`` reaches the estimator: the same advantages as the preset."""
+    rew, mask, index, ntb = _batch()
+    cfg = {"agentgym": {"gigpo": {"preset": "verl-agent"}}}
+    adv, _ = make_estimator_fn("gigpo")(rew, mask, index, config=cfg, non_tensor_batch=ntb)
+    tb = build_trajectory_batch(rew, mask, index, ntb)
+    ref = estimators.compute_advantage("gigpo", tb, config=estimators.GiGPOConfig.verl_agent())
+    np.testing.assert_array_equal(adv.numpy(), ref.token_adv.astype(np.float32))
+    default = estimators.compute_advantage("gigpo", tb)
+    assert not np.array_equal(ref.token_adv, default.token_adv)  # per-step statistics move the episode term
