@@ -174,11 +174,11 @@ def build_chat_tokenizer(texts: Sequence[str], *, conversations: Sequence[tuple[
     spaces, so text like the training texts packs into few tokens (short sequences keep CPU tests cheap).
     ``conversations`` (``(messages, tools)`` pairs) are rendered with the template and added to the training text,
     so the template's own markup (role headers, tool boilerplate) gets merges too."""
-    tok = _train_chat_tokenizer(list(texts), vocab_size, template)
+    rendered = []
     if conversations:
-        rendered = [tok.apply_chat_template(m, tools=t or None, tokenize=False) for m, t in conversations]
-        tok = _train_chat_tokenizer(list(texts) + rendered, vocab_size, template)
-    return tok
+        renderer = _train_chat_tokenizer([""], 300, template)  # rendering text needs the template, not a vocabulary
+        rendered = [renderer.apply_chat_template(m, tools=t or None, tokenize=False) for m, t in conversations]
+    return _train_chat_tokenizer(list(texts) + rendered, vocab_size, template)
 
 
 def _train_chat_tokenizer(texts: list[str], vocab_size: int, template: str):

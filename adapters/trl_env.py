@@ -25,21 +25,29 @@ env's action text, observation, reward, flags and info per call), so a test can 
 The conversation is the one ``agentgym export-sft --form tools`` writes from eval transcripts (same system message,
 first prompt, tool calls and tool results), so oracle exports warm-start a model for this loop.
 
-Requires the ``trl`` extra and transformers >= 5.2 (TRL's requirement for ``environment_factory``).
+Requires the ``trl`` extra and transformers >= 5.2 (TRL's requirement for ``environment_factory``). The model's
+tokenizer must carry a chat template TRL recognises (its ``trl/chat_templates``, e.g. Qwen2.5/Qwen3's).
+
+Command line (GRPO with TRL's defaults otherwise)::
+
+    python -m adapters.trl_env TextCraft-v0 --split gen-depth1 --model Qwen/Qwen3-0.6B --tasks 64 --steps 100 \
+        --out runs/textcraft-tools
 """
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import logging
 import os
+import sys
 from typing import Any, ClassVar, Sequence
 
 import agentgym
 from agentgym.chat import ChatForm, ToolSpec, chat_form
 from agentgym.errors import MissingDependencyError
 
-__all__ = ["AgentGymToolEnv", "environment_factory", "make_tool_dataset", "ENDED_NOTE"]
+__all__ = ["AgentGymToolEnv", "environment_factory", "make_tool_dataset", "ENDED_NOTE", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -156,3 +164,45 @@ def _check_trl() -> None:
     if Version(transformers.__version__) < Version("5.2.0"):
         raise MissingDependencyError("trl", "transformers>=5.2", "TRL's environment_factory (adapters.trl_env)")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m adapters.trl_env ENV_ID --model PATH ...``: GRPO with ``environment_factory`` on an env split."""
+    p = argparse.ArgumentParser(prog="python -m adapters.trl_env", description="GRPO with TRL's tool-calling loop "
+                                "(environment_factory) on an agentgym env")
+    p.add_argument("env_id")
+    p.add_argument("--split", default=None, help="default: the env's default split")
+    p.add_argument("--model", required=True, help="a Hugging Face model path or id with a TRL-recognised chat template")
+    p.add_argument("--tasks", type=int, default=None, help="first N tasks of the split (default: all)")
+    p.add_argument("--max-turns", type=int, default=None, help="env turn budget (also TRL's tool-call iterations)")
+    p.add_argument("--group-size", type=int, default=8, help="rollouts per task (GRPO's G)")
+    p.add_argument("--batch-groups", type=int, default=1, help="tasks per step")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--max-completion-length", type=int, default=1024, help="tokens per rollout, tool results included")
+    p.add_argument("--learning-rate", type=float, default=1e-6)
+    p.add_argument("--cpu", action="store_true", help="train on the CPU in float32")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="runs/trl-env", help="output directory")
+    args = p.parse_args(argv)
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agentgym.registration import get_entry
+
+    split = args.split or get_entry(args.env_id).default_split
+    env_kwargs = {"split": split} | ({"max_turns": args.max_turns} if args.max_turns else {})
+    env_cls = environment_factory(args.env_id, **env_kwargs)
+    dataset = make_tool_dataset(args.env_id, args.tasks, env_kwargs={"split": split}, seed=args.seed)
+    extra = {"use_cpu": True, "bf16": False} if args.cpu else {}
+    config = GRPOConfig(output_dir=args.out, per_device_train_batch_size=args.group_size * args.batch_groups,
+                        num_generations=args.group_size, max_steps=args.steps, logging_steps=1, report_to="none",
+                        max_completion_length=args.max_completion_length, learning_rate=args.learning_rate,
+                        max_tool_calling_iterations=args.max_turns, seed=args.seed, save_strategy="no", **extra)
+    trainer = GRPOTrainer(model=args.model, args=config, train_dataset=dataset, environment_factory=env_cls)
+    trainer.train()
+    trainer.save_model(args.out)
+    print(f"saved to {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
