@@ -97,20 +97,22 @@ def page_data(results: Sequence[str | os.PathLike], *, full_prompts: bool = Fals
     from ...registration import get_entry
 
     recs: list[EpisodeRecord] = []
+    sources: list[str] = []
+    groups: dict[tuple, list[dict]] = {}  # one summary per results file and env split: a file is one run
     for path in results:
-        recs.extend(load_episodes(path))
-    groups: dict[tuple, list[dict]] = {}
-    for rec in recs:
-        groups.setdefault((rec.row.get("env_id"), rec.row.get("split")), []).append(rec.row)
+        for rec in load_episodes(path):
+            recs.append(rec)
+            sources.append(Path(path).name)
+            groups.setdefault((Path(path).name, rec.row.get("env_id"), rec.row.get("split")), []).append(rec.row)
     summary = []
-    for (env_id, split), rows in groups.items():
+    for (source, env_id, split), rows in groups.items():
         try:
             order = get_entry(env_id).family_order
         except KeyError:  # an env registered outside agentgym
             order = ()
         for s in summarize(rows, by="family", order=order):
-            summary.append({"env_id": env_id, "split": split, **s})
-    episodes = [_episode(i, rec, full_prompts) for i, rec in enumerate(recs)]
+            summary.append({"source": source, "policy": rows[0].get("policy"), "env_id": env_id, "split": split, **s})
+    episodes = [_episode(i, rec, full_prompts) | {"source": src} for i, (rec, src) in enumerate(zip(recs, sources))]
     return _js_safe({"sources": [str(p) for p in results], "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
                      "full_prompts": full_prompts, "summary": summary, "episodes": episodes,
                      "transcripts": sum(e["transcript"] is not None for e in episodes)})

@@ -31,7 +31,8 @@
   function summaryTable() {
     const box = document.getElementById("summary");
     if (!DATA.summary.length) { box.appendChild(el("p", {class: "note", text: "no episodes"})); return; }
-    const cols = [["env", (s) => s.env_id + " / " + s.split], ["family", (s) => s.family],
+    const cols = [["run", (s) => s.source + " (" + s.policy + ")"], ["env", (s) => s.env_id + " / " + s.split],
+                  ["family", (s) => s.family],
                   ["episodes", (s) => fmt(s.episodes)], ["errors", (s) => fmt(s.errors)], ["wins", (s) => fmt(s.wins)],
                   ["success", (s) => pm(s.success, s.success_se, pct)],
                   ["score", (s) => pm(s.score, s.score_se, (x) => fmt(x))],
@@ -142,7 +143,7 @@
     d.appendChild(el("summary", {},
       el("span", {class: "badge " + e.outcome, text: e.outcome + (e.error_kind ? ": " + e.error_kind : "")}),
       el("span", {class: "task", text: e.task_id}),
-      el("span", {class: "k", text: e.env_id + " / " + e.split}),
+      el("span", {class: "k", text: e.env_id + " / " + e.split + " · " + e.source}),
       e.family !== null ? el("span", {class: "k", text: "family " + e.family}) : null,
       el("span", {class: "k", text: "seed " + e.seed + " · trial " + e.trial}),
       el("span", {class: "k", text: "score " + fmt(e.score) + " · " + fmt(e.turns) + " turns"})));
