@@ -80,12 +80,13 @@ def transcript_of(traj) -> dict:
     turns = [{"turn": int(t.turn_idx), "prompt": t.prompt, "response": t.response, "observation": t.observation,
               "reward": float(t.reward), "terminated": bool(t.terminated), "truncated": bool(t.truncated),
               "info": t.info, "usage": t.usage} for t in traj.turns]
-    return json_safe({"version": TRANSCRIPT_VERSION, "first_observation": traj.first_observation, "turns": turns,
-                      "error": traj.error.to_dict() if traj.error is not None else None})
+    # not copied: the dict is serialized once, by the writer (numpy values and the like through ``_default``)
+    return {"version": TRANSCRIPT_VERSION, "first_observation": traj.first_observation, "turns": turns,
+            "error": traj.error.to_dict() if traj.error is not None else None}
 
 
 def _encode(transcript: dict) -> str:
-    raw = json.dumps(transcript, sort_keys=True, ensure_ascii=False).encode("utf-8")
+    raw = json.dumps(transcript, ensure_ascii=False, default=_default).encode("utf-8")
     return base64.b64encode(zlib.compress(raw, 6)).decode("ascii")
 
 
