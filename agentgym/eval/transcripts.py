@@ -46,7 +46,7 @@ from typing import Any, Iterable
 from .results import ResultsFile, episode_key
 
 __all__ = ["TRANSCRIPT_VERSION", "TranscriptFile", "EpisodeRecord", "transcripts_path", "transcript_of",
-           "load_episodes", "system_prompt_of", "json_safe", "key_fields"]
+           "load_episodes", "system_prompt_of", "key_fields"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,13 +61,9 @@ def transcripts_path(results_path: str | os.PathLike) -> Path:
     return p.with_name(f"{stem}.transcripts.jsonl")
 
 
-def json_safe(obj: Any) -> Any:
-    """``obj`` as plain JSON types: numpy scalars and arrays become numbers and lists, anything else unknown its
-    ``str``; dict keys become strings."""
-    return json.loads(json.dumps(obj, default=_default))
-
-
 def _default(obj: Any) -> Any:
+    """JSON for what ``json`` cannot write: numpy values as numbers and lists, sets as lists, anything else as
+    its ``str``."""
     if hasattr(obj, "tolist"):  # numpy scalars and arrays
         return obj.tolist()
     if isinstance(obj, (set, frozenset, tuple)):
