@@ -16,6 +16,7 @@ from agentgym.cli import main
 from agentgym.eval.grid import EvalGrid, run_grid
 from agentgym.eval.view import build_page, page_data
 from agentgym.registration import get_entry
+from agentgym.rollout.openai_policy import PolicyResponse
 from agentgym.rollout.policy import OraclePolicy
 
 XSS = ('<img src=x onerror="window.__xss=1;document.title=\'pwned\'">'
@@ -36,8 +37,9 @@ class HostilePolicy:
                 out.append(RuntimeError(f"server said {XSS}"))
             elif c.turn % 2:
                 out.append(f"<think>{XSS}</think>")  # no action tag: an invalid action
-            else:
-                out.append(f"<think>{XSS}</think><action>get 1 oak logs</action>")
+            else:  # with the request's usage record, as model-backed policies attach it
+                out.append(PolicyResponse(f"<think>{XSS}</think><action>get 1 oak logs</action>",
+                                          {"prompt_tokens": 1234, "completion_tokens": 56, "latency_s": 0.25}))
         return out
 
 
@@ -133,6 +135,8 @@ def test_view_page_in_headless_chromium(results, browser, tmp_path):
     first = turns.first
     assert first.locator("pre.response").text_content() == f"<think>{XSS}</think><action>get 1 oak logs</action>"
     assert "invalid action" in turns.nth(1).text_content()
+    assert "usage: prompt_tokens 1234 · completion_tokens 56 · latency_s 0.250" in first.text_content()
+    assert "tokens 2468 in / 112 out" in episode.text_content()  # the episode's two requests
     assert "prompt (as the policy saw it)" in first.text_content()
     assert page.evaluate("window.__xss") is None and page.title() == "TextCraft <b>eval</b>"
     assert page.locator("#episodes img").count() == 0 and page.locator("#episodes script").count() == 0
