@@ -229,7 +229,7 @@ def env_class(env_id: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def _system_text(env_id: str, tags: tuple[str, ...], native: bool) -> str:
+def _system_text(tags: tuple[str, ...], native: bool) -> str:
     if native:
         return ("You act only by calling the tools, one call per turn. To speak to the user, call "
                 f"`{RESPOND_TOOL}` with your message (what you would otherwise write inside <response>...</response>); "
@@ -256,7 +256,7 @@ def chat_form(env_id: str) -> ChatForm:
                                          "the conversation.",
                            (ToolParam("message", "string", "The message to the user."),))
         tools = tuple(_spec_from_openai(t) for t in native) + (respond,)
-        return ChatForm(env_id, tags, tools, True, _system_text(env_id, tags, True))
+        return ChatForm(env_id, tags, tools, True, _system_text(tags, True))
     params = [ToolParam("action", "string", f"The command, exactly as you would write it inside "
                                              f"<{tags[0]}>...</{tags[0]}>" + (" or the other tag." if len(tags) > 1
                                                                               else "."))]
@@ -265,4 +265,4 @@ def chat_form(env_id: str) -> ChatForm:
                                                  f"{tags[0]}).", required=False, enum=tags))
     act = ToolSpec(ACT_TOOL, f"Take one action in the {env_id.split('-')[0]} environment and return the "
                              "environment's next observation.", tuple(params))
-    return ChatForm(env_id, tags, (act,), False, _system_text(env_id, tags, False))
+    return ChatForm(env_id, tags, (act,), False, _system_text(tags, False))
