@@ -32,6 +32,16 @@ from agentgym.registration import env_ids, get_entry  # noqa: E402
 from agentgym.rollout.policy import OraclePolicy  # noqa: E402
 from transformers.utils import get_json_schema  # noqa: E402
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """The tiny model gains nothing from a second thread, and on a busy machine two threads spin against other
+    processes (several times slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("env_id", env_ids())
 def test_tools_are_the_chat_form_and_render_to_the_exported_schema(env_id):
     cls = environment_factory(env_id)
