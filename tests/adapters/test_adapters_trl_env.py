@@ -144,12 +144,11 @@ def tuned(exported, tmp_path_factory):
     return trainer.model, tok
 
 
+@pytest.mark.parametrize("exported", ["TextCraft-v0"], indirect=True)  # same formats for every env; short ones
 def test_text_and_per_turn_exports_train_in_sft_trainer(exported, tuned, tmp_path):
     from datasets import load_dataset
     from trl import SFTTrainer
 
-    if exported["env_id"] != "TextCraft-v0":
-        pytest.skip("the formats are the same for every env; TextCraft's are the short ones")
     model, tok = copy.deepcopy(tuned[0]), tuned[1]  # the GRPO test starts from the tool-calling model
     for name in ("text", "turns"):
         ds = load_dataset("json", data_files=str(exported[name]), split="train")
@@ -203,11 +202,10 @@ def test_grpo_with_environment_factory_plays_the_real_env(exported, tuned, tmp_p
     assert logs[-1][key] == pytest.approx(mean)
 
 
+@pytest.mark.parametrize("exported", ["TextCraft-v0"], indirect=True)  # one env is enough for the command line
 def test_command_line_trains_a_saved_model(exported, tuned, tmp_path):
     from adapters.trl_env import main
 
-    if exported["env_id"] != "TextCraft-v0":
-        pytest.skip("one env is enough for the command line")
     model, tok = tuned
     copy.deepcopy(model).save_pretrained(tmp_path / "model")
     tok.save_pretrained(tmp_path / "model")
