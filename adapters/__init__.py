@@ -11,6 +11,7 @@ Modules (each imports torch / transformers / trl lazily, so ``import adapters`` 
   tokens masked, turn spans recorded) and the builder of the :class:`estimators.TrajectoryBatch` with its token
   table;
 * :mod:`adapters.trl`: the TRL 1.16 ``GRPOTrainer`` subclass (``AgentGymGRPOTrainer``);
+* :mod:`adapters.trl_env`: every env as a TRL 1.16 ``environment_factory`` class (TRL's own tool-calling loop);
 * :mod:`adapters.train`: ``agentgym train``;
 * :mod:`adapters.verl`: the verl 0.9.1 plugin (every estimator as ``agentgym_<name>``, the per-turn metadata
   bridge into ``compute_advantage``, the ``agentgym`` agent loop).

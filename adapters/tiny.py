@@ -2,6 +2,10 @@
 runs and tests (no downloads): ``agentgym train --model <dir>`` accepts the directory :func:`save_tiny_model`
 writes. Also :func:`oracle_warmup`, a few behaviour-cloning steps on the env's oracle responses so that a random
 model's rollouts are not all invalid (then rewards differ inside a group and advantages are non-zero).
+
+For chat templates and tool calling (TRL's ``environment_factory``), :func:`build_chat_tokenizer` trains a small
+byte-level BPE on given texts (it decodes back to the exact text, which JSON tool calls need), adds Qwen's special
+tokens and loads one of the chat templates TRL ships and recognises (:func:`trl_chat_template`, e.g. ``qwen3``).
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from typing import Any, Sequence
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TAG_TOKENS", "env_vocabulary", "build_tokenizer", "build_tiny_model", "save_tiny_model", "oracle_warmup"]
+__all__ = ["TAG_TOKENS", "env_vocabulary", "build_tokenizer", "build_tiny_model", "save_tiny_model", "oracle_warmup",
+           "trl_chat_template", "build_chat_tokenizer", "QWEN_SPECIAL_TOKENS", "QWEN_ADDED_TOKENS"]
 
 TAG_TOKENS = ("<action>", "</action>", "<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>",
               "<information>", "</information>")
@@ -144,3 +149,51 @@ def oracle_warmup(model: Any, tokenizer: Any, env_id: str, *, n_tasks: int = 4, 
         opt.step()
     model.train(was)
     return float(loss.detach())
+
+
+#: Qwen's control tokens (special: skipped when decoding with ``skip_special_tokens``) and its tool / reasoning
+#: markers (added whole, but ordinary text), as in Qwen3's tokenizer.
+QWEN_SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+QWEN_ADDED_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+
+
+def trl_chat_template(name: str = "qwen3") -> str:
+    """The text of a chat template TRL ships (``trl/chat_templates/<name>.jinja``). TRL 1.16 recognises a tokenizer
+    by its exact template text (tool-call parsing, training templates), so a local tiny tokenizer must carry one of
+    these verbatim."""
+    from importlib import resources
+
+    return resources.files("trl").joinpath("chat_templates", f"{name}.jinja").read_text(encoding="utf-8")
+
+
+def build_chat_tokenizer(texts: Sequence[str], *, conversations: Sequence[tuple[list, list | None]] = (),
+                         vocab_size: int = 4096, template: str = "qwen3"):
+    """A ``PreTrainedTokenizerFast`` for chat: a byte-level BPE trained on ``texts`` (exact round trip of any
+    text), Qwen's special and added tokens (:data:`QWEN_SPECIAL_TOKENS`, :data:`QWEN_ADDED_TOKENS`; EOS
+    ``<|im_end|>``, padding ``<|endoftext|>`` on the left) and TRL's ``template`` chat template. Merges may span
+    spaces, so text like the training texts packs into few tokens (short sequences keep CPU tests cheap).
+    ``conversations`` (``(messages, tools)`` pairs) are rendered with the template and added to the training text,
+    so the template's own markup (role headers, tool boilerplate) gets merges too."""
+    rendered = []
+    if conversations:
+        renderer = _train_chat_tokenizer([""], 300, template)  # rendering text needs the template, not a vocabulary
+        rendered = [renderer.apply_chat_template(m, tools=t or None, tokenize=False) for m, t in conversations]
+    return _train_chat_tokenizer(list(texts) + rendered, vocab_size, template)
+
+
+def _train_chat_tokenizer(texts: list[str], vocab_size: int, template: str):
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE())
+    # no word split: merges may span spaces, so the repetitive env text packs into few tokens
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(QWEN_SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train_from_iterator(list(texts), trainer=trainer)
+    tk.add_tokens([AddedToken(t, normalized=False, special=False) for t in QWEN_ADDED_TOKENS])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                  padding_side="left")
+    tok.chat_template = trl_chat_template(template)
+    return tok

@@ -7,6 +7,9 @@
                   made with another policy / --max-turns / --env-arg for the same split is refused (exit 2)
                   P: oracle | random | openai:MODEL [--base-url URL --api-key-env VAR ...] | hf:PATH | module:attr
     agentgym report RESULTS.jsonl... [--by family,depth] [--plot FILE.png|FILE.svg]   (plots need matplotlib)
+    agentgym view RESULTS.jsonl... [--out report.html] [--full-prompts]   (a static page of the episodes)
+    agentgym export-sft RESULTS.jsonl... --out DATA.jsonl [--per-turn] [--form auto|text|tools] [--success won|lost]
+                  [--min-score S] [--max-score S]   (SFT data from the eval's transcripts)
     agentgym retrieval build|serve|search ...     (needs the retrieval extra)
     agentgym alfworld generate --out DIR --n N --seed S
     agentgym webshop prepare [--data DIR]        (builds WebShop's noun table; needs the webshop-nlp extra)
@@ -118,7 +121,7 @@ def _cmd_eval(args) -> int:
         bar = _progress_bar(total, f"{args.env_id}/{split}")
         try:
             rows = run_grid(grid, policy, args.out, policy_name=args.policy, policy_args=_identity_options(args),
-                            progress=bar.update)
+                            progress=bar.update, transcripts=not args.no_transcripts)
         finally:
             bar.close()
     except AgentGymError as e:  # a generated split without --episodes, a results file of another configuration
@@ -178,6 +181,18 @@ def _cmd_report(args) -> int:
     from .eval.report import main as report_main
 
     return report_main(args)
+
+
+def _cmd_view(args) -> int:
+    from .eval.view import main as view_main
+
+    return view_main(args)
+
+
+def _cmd_export_sft(args) -> int:
+    from .eval.export import main as export_main
+
+    return export_main(args)
 
 
 def _literal(v: str):
@@ -250,6 +265,9 @@ def _build_parser() -> argparse.ArgumentParser:
     e.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="extra env kwarg (repeatable)")
     e.add_argument("--out", default="results.jsonl", help="results JSONL: appended per episode, resumed on rerun; "
                                                           "one run configuration per env split")
+    e.add_argument("--no-transcripts", action="store_true", help="keep no episode transcripts (by default every "
+                   "prompt, response, observation and step info goes, compressed, into OUT's side file "
+                   "*.transcripts.jsonl, for 'agentgym view' and 'agentgym export-sft')")
     e.add_argument("--format", choices=("markdown", "csv", "json"), default="markdown")
     e.add_argument("--by", default="family", help="results column to group the table by")
     r = sub.add_parser("report", help="compare results files (and train logs) side by side; optional plot")
@@ -260,6 +278,26 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("--plot", default=None, metavar="FILE", help="write a figure (.png or .svg)")
     r.add_argument("--max-k", type=int, default=None, help="largest k of the pass^k curves")
     r.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    v = sub.add_parser("view", help="a self-contained HTML page of the episodes of results files (opens from a file)")
+    v.add_argument("results", nargs="+", metavar="RESULTS", help="results JSONL of 'agentgym eval' (transcripts are "
+                                                                 "read from its side file)")
+    v.add_argument("--out", default=None, help="the HTML file (default: RESULTS with .html)")
+    v.add_argument("--title", default=None)
+    v.add_argument("--full-prompts", action="store_true", help="embed every turn's prompt (default: each episode's "
+                                                               "first prompt; later ones repeat it plus history)")
+    x = sub.add_parser("export-sft", help="SFT data (messages / prompt-completion JSONL) from eval transcripts")
+    x.add_argument("results", nargs="+", metavar="RESULTS", help="results JSONL of 'agentgym eval'")
+    x.add_argument("--out", required=True, help="output JSONL (overwritten)")
+    x.add_argument("--per-turn", action="store_true", help="one row per turn: the prompt exactly as the policy saw "
+                                                           "it and the response as the completion")
+    x.add_argument("--form", choices=("auto", "text", "tools"), default="auto",
+                   help="episode rows: text messages, or tool calls (the env's tools, or its 'act' tool); auto = "
+                        "tools for envs with native tools (TauAirline), text otherwise")
+    x.add_argument("--success", choices=("won", "lost"), default=None, help="only won / only lost episodes")
+    x.add_argument("--min-score", type=float, default=None)
+    x.add_argument("--max-score", type=float, default=None)
+    x.add_argument("--system", default=None, help="system message instead of the run's (text form) or the chat "
+                                                  "form's (tool form)")
     for name in _DELEGATED:
         sp = sub.add_parser(name, help=f"{name} tools (see 'agentgym {name} --help')", add_help=False)
         sp.add_argument("rest", nargs=argparse.REMAINDER)
@@ -286,6 +324,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_eval(args)
     if args.command == "report":
         return _cmd_report(args)
+    if args.command == "view":
+        return _cmd_view(args)
+    if args.command == "export-sft":
+        return _cmd_export_sft(args)
     return 2
 
 

@@ -188,6 +188,13 @@ class AgentEnv(gym.Env[str, str]):
         default."""
         return {}
 
+    @classmethod
+    def native_tools(cls) -> list[dict] | None:
+        """The OpenAI-format function schemas of the tools this env's ``<tool_call>`` tag accepts (τ's airline
+        tools), or None for an env whose actions are text commands. Chat-form exports and trainer bridges
+        (:mod:`agentgym.chat`) expose these tools by name; text envs get one ``act`` tool instead."""
+        return None
+
     def oracle_action(self) -> str:
         """A response (with tags) of a privileged expert for the current state."""
         raise NotImplementedError(f"{type(self).__name__} has no oracle policy")

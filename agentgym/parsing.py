@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["ParsedAction", "parse_action", "parse_first_tag"]
+__all__ = ["ParsedAction", "parse_action", "parse_first_tag", "text_around_first_tag"]
 
 
 @dataclass(frozen=True)
@@ -66,3 +66,16 @@ def parse_first_tag(response: str, tags: tuple[str, ...]) -> ParsedAction:
 def parse_action(response: str, tag: str = "action") -> ParsedAction:
     """The first well-formed ``<tag>...</tag>`` body of ``response``."""
     return parse_first_tag(response, (tag,))
+
+
+def text_around_first_tag(response: str, tags: tuple[str, ...]) -> str:
+    """``response`` without the occurrence :func:`parse_first_tag` reads (the reasoning and any other text around
+    it), stripped; the whole response when no tag parses."""
+    best = None
+    for tag in tags:
+        m = _tag_regex(tag).search(response)
+        if m and (best is None or m.start() < best.start()):
+            best = m
+    if best is None:
+        return response.strip()
+    return (response[:best.start()].rstrip() + "\n" + response[best.end():].lstrip()).strip()

@@ -6,7 +6,9 @@ results file are skipped, so a killed run resumes where it stopped; each finishe
 at once. Each row records the run's identity (policy, policy options, ``max_turns``, env kwargs, and the env's own
 identity fields such as TextCraft's ``rules``); resuming a file
 whose rows of this env split were made with another identity raises
-:class:`~agentgym.eval.results.ResultsMismatchError` (see :mod:`.results`).
+:class:`~agentgym.eval.results.ResultsMismatchError` (see :mod:`.results`). Each episode's transcript (every prompt,
+response, observation and step info) goes, compressed, into the side file ``RESULTS.transcripts.jsonl`` before its
+row, which names it (``transcript_id``; see :mod:`.transcripts`); ``transcripts=False`` keeps none.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ..rollout.policy import EnvPolicy, Policy
 from ..rollout.backends import make_pool
 from ..rollout.runner import Trajectory, collect_groups, env_factory
 from .results import ResultsFile, run_identity
+from .transcripts import TranscriptFile, key_fields, transcript_of, transcripts_path
 
 __all__ = ["EvalGrid", "run_grid"]
 
@@ -74,14 +77,15 @@ class EvalGrid:
 
 def run_grid(grid: EvalGrid, policy: Policy | EnvPolicy, out: str, *, policy_name: str = "",
              policy_args: dict[str, Any] | None = None,
-             progress: Callable[[int], None] | None = None) -> list[dict]:
+             progress: Callable[[int], None] | None = None, transcripts: bool = True) -> list[dict]:
     """Play every unfinished episode of ``grid``; return the latest row of every episode of the grid.
 
     ``policy_name`` (default: the policy's ``name``, e.g. ``hf:PATH`` or ``openai:MODEL``, else its ``__name__`` or
     class name) and ``policy_args`` (the options that change
     its responses, such as the sampling temperature) are part of the run's identity, with the grid's ``max_turns``
     and ``env_kwargs``. Raises :class:`~agentgym.eval.results.ResultsMismatchError` when ``out`` holds rows of this
-    env split made with another identity.
+    env split made with another identity. ``transcripts`` (default True) stores each episode's transcript in the
+    side file (:func:`~agentgym.eval.transcripts.transcripts_path`).
     """
     results = ResultsFile(out)
     name = policy_name or getattr(policy, "name", None) or getattr(policy, "__name__", None) or type(policy).__name__
@@ -104,13 +108,14 @@ def run_grid(grid: EvalGrid, policy: Policy | EnvPolicy, out: str, *, policy_nam
     pool = make_pool(env_factory(grid.env_id, env_kwargs, grid.max_turns), min(grid.chunk, len(todo)),
                      grid.workers, backend=grid.backend, address=grid.address)
     try:
-        _play_chunks(grid, policy, todo, results, identity, progress, pool, env_kwargs)
+        side = TranscriptFile(transcripts_path(out)) if transcripts else None
+        _play_chunks(grid, policy, todo, results, identity, progress, pool, env_kwargs, side)
     finally:
         pool.close()
     return [row for key, row in results.latest().items() if key in keys]
 
 
-def _play_chunks(grid, policy, todo, results, identity, progress, pool, env_kwargs) -> None:
+def _play_chunks(grid, policy, todo, results, identity, progress, pool, env_kwargs, side) -> None:
     for start in range(0, len(todo), grid.chunk):
         chunk = todo[start:start + grid.chunk]
         t0 = time.perf_counter()
@@ -121,6 +126,8 @@ def _play_chunks(grid, policy, todo, results, identity, progress, pool, env_kwar
                    "task_id": task_id, "seed": seed, "trial": trial,
                    "wall_s": round(time.perf_counter() - t0, 4)}
             row.pop("member", None)
+            if side is not None:  # the transcript first: a row never names a transcript that was not written
+                row["transcript_id"] = side.append(key_fields(row), transcript_of(traj))
             results.append([row])
             if progress is not None:
                 progress(1)

@@ -9,6 +9,11 @@ options, ``max_turns`` and the env kwargs; plus the env's own identity fields, t
 :meth:`agentgym.core.AgentEnv.run_identity`: e.g. TextCraft's ``rules``, τ's ``task_set``). An env split in a results file belongs to one identity: resuming it
 with another one raises :class:`ResultsMismatchError` rather than skipping episodes that another configuration
 played (and reporting its rows as this run's). Use another results file for another configuration.
+
+A row's ``transcript_id`` (absent when the run kept no transcripts, ``agentgym eval --no-transcripts``) names the
+episode's transcript in the side file ``RESULTS.transcripts.jsonl``: every prompt, raw response, observation, step
+``info`` and request usage, compressed (:mod:`agentgym.eval.transcripts`). ``agentgym view`` and ``agentgym
+export-sft`` read it; a resumed errored episode's new row names its new transcript.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ def run_identity(policy: str, policy_args: dict | None, max_turns: int | None, e
 
 #: Columns every results row has besides the identity fields (env identity fields may not shadow them).
 _ROW_COLUMNS = frozenset({"env_id", "split", "task_id", "seed", "trial", "won", "score", "turns", "total_reward",
-                          "error", "wall_s", "family", "metrics"})
+                          "error", "wall_s", "family", "metrics", "transcript_id"})
 
 
 def env_identity_fields(row: dict[str, Any]) -> dict[str, Any]:

@@ -324,6 +324,10 @@ class TauAirlineEnv(AgentEnv):
         return {"category": self.task.category, "family": self.task.category,
                 "n_gold_actions": len(self.task.gold_actions)}
 
+    @classmethod
+    def native_tools(cls) -> list[dict]:
+        return openai_tools()
+
     def oracle_action(self) -> str:
         return oracle_response(self)
 

@@ -1,0 +1,205 @@
+"""SFT data from eval transcripts: ``agentgym export-sft RESULTS.jsonl --out DATA.jsonl``.
+
+Reads the latest row of every episode and its transcript (:mod:`.transcripts`; the eval must have kept them, the
+default) and writes one JSON line per episode, or per turn with ``per_turn``, in the formats TRL's ``SFTTrainer`` and
+``datasets.load_dataset("json", ...)`` read:
+
+* **episode rows** (default): ``messages`` = the conversation in the env's prompt contract. Text form: the system
+  prompt the run's policy used (or ``system``), the first prompt exactly as the policy saw it (task, rules and first
+  observation), then each raw response as an ``assistant`` message and the env's next observation as a ``user``
+  message. Tool form (the default for tool envs such as TauAirline, ``form="tools"`` for any env): the system
+  message of the env's :class:`~agentgym.chat.ChatForm`, the same first prompt, then each response as an assistant
+  message with ``tool_calls`` (its reasoning as ``content``) and each observation as a ``tool`` message; the row's
+  ``tools`` column holds the tool schemas as a JSON string (TRL parses it), and call ``arguments`` are JSON strings
+  (OpenAI's wire format: one Arrow type for every tool). The observation after the last response is left out.
+* **turn rows** (``per_turn``): ``prompt`` = ``[system?, user]`` with the prompt exactly as the policy saw it
+  (history window included), ``completion`` = ``[assistant]`` with the raw response: TRL's conversational
+  prompt-completion format (the loss covers the completion only).
+
+Every row also carries ``env_id``, ``split``, ``task_id``, ``seed``, ``trial``, ``policy``, ``family``, ``won``,
+``score`` and ``total_reward`` (turn rows: ``turn``, ``reward``, ``action_valid``). Episodes that failed (typed
+error) are never exported; ``success`` ("won"/"lost") and ``min_score``/``max_score`` filter the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from ..chat import ChatForm, chat_form
+from .transcripts import EpisodeRecord, load_episodes
+
+__all__ = ["ExportConfig", "ExportStats", "export_sft", "episode_row", "turn_rows", "episode_messages", "main"]
+
+logger = logging.getLogger(__name__)
+
+FORMS = ("auto", "text", "tools")
+
+
+@dataclass
+class ExportConfig:
+    """What to export. ``form``: "auto" (tool form for envs with native tools, text otherwise), "text" or "tools"
+    (episode rows only); ``success``: None (all), "won" or "lost"; ``min_score``/``max_score``: inclusive bounds on
+    the episode score; ``system``: the system message of text-form rows instead of the run's system prompt (tool
+    form: instead of the chat form's)."""
+
+    per_turn: bool = False
+    form: str = "auto"
+    success: str | None = None
+    min_score: float | None = None
+    max_score: float | None = None
+    system: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
+        if self.success not in (None, "won", "lost"):
+            raise ValueError(f"success must be None, 'won' or 'lost', got {self.success!r}")
+
+    def keeps(self, row: dict) -> bool:
+        if self.success == "won" and not row.get("won"):
+            return False
+        if self.success == "lost" and row.get("won"):
+            return False
+        score = float(row.get("score") or 0.0)
+        if self.min_score is not None and score < self.min_score:
+            return False
+        return self.max_score is None or score <= self.max_score
+
+
+@dataclass
+class ExportStats:
+    episodes: int = 0
+    rows: int = 0
+    errored: int = 0
+    filtered: int = 0
+    no_transcript: int = 0
+    by_env: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        skipped = [f"{n} {what}" for n, what in ((self.errored, "errored"), (self.filtered, "filtered out"),
+                                                 (self.no_transcript, "without a transcript")) if n]
+        return (f"{self.rows} rows from {self.episodes - self.errored - self.filtered - self.no_transcript} of "
+                f"{self.episodes} episodes" + (f" (skipped: {', '.join(skipped)})" if skipped else ""))
+
+
+def _meta(row: dict) -> dict:
+    return {"env_id": row["env_id"], "split": row["split"], "task_id": str(row["task_id"]), "seed": int(row["seed"]),
+            "trial": int(row["trial"]), "policy": str(row.get("policy", "")),
+            "family": None if row.get("family") is None else str(row["family"]), "won": bool(row.get("won")),
+            "score": float(row.get("score") or 0.0), "total_reward": float(row.get("total_reward") or 0.0)}
+
+
+def episode_messages(rec: EpisodeRecord, form: ChatForm | None = None, system: str | None = None) -> list[dict]:
+    """The conversation of one episode: text form without ``form``, tool form with it (see the module doc)."""
+    turns = rec.transcript["turns"] if rec.transcript else []
+    if not turns:
+        raise ValueError("the episode has no recorded turns")
+    if form is None:
+        sys_text = system if system is not None else rec.system_prompt
+    else:
+        sys_text = system if system is not None else form.system
+    msgs: list[dict] = [{"role": "system", "content": sys_text}] if sys_text else []
+    msgs.append({"role": "user", "content": turns[0]["prompt"]})
+    for i, t in enumerate(turns):
+        last = i == len(turns) - 1
+        if form is None:
+            msgs.append({"role": "assistant", "content": t["response"]})
+            if not last:
+                msgs.append({"role": "user", "content": t["observation"]})
+            continue
+        msg = form.assistant_message(t["response"], t["info"])
+        msgs.append(msg)
+        if last:
+            continue
+        if "tool_calls" in msg:
+            msgs.append({"role": "tool", "name": msg["tool_calls"][0]["function"]["name"], "content": t["observation"]})
+        else:
+            msgs.append({"role": "user", "content": t["observation"]})
+    return msgs
+
+
+def episode_row(rec: EpisodeRecord, form: ChatForm | None = None, system: str | None = None) -> dict:
+    """One episode row (``messages`` [+ ``tools``] + metadata)."""
+    row = {"messages": episode_messages(rec, form, system)}
+    if form is not None:
+        row["tools"] = json.dumps(form.tool_schemas(), ensure_ascii=False)
+    return row | _meta(rec.row)
+
+
+def turn_rows(rec: EpisodeRecord, system: str | None = None) -> list[dict]:
+    """One row per turn: the prompt exactly as the policy saw it and the raw response as the completion."""
+    sys_text = system if system is not None else rec.system_prompt
+    head = [{"role": "system", "content": sys_text}] if sys_text else []
+    meta = _meta(rec.row)
+    return [{"prompt": head + [{"role": "user", "content": t["prompt"]}],
+             "completion": [{"role": "assistant", "content": t["response"]}],
+             **meta, "turn": int(t["turn"]), "reward": float(t["reward"]),
+             "action_valid": bool((t.get("info") or {}).get("action_valid", True))}
+            for t in (rec.transcript or {}).get("turns", [])]
+
+
+def export_sft(results: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike,
+               config: ExportConfig | None = None) -> ExportStats:
+    """Write the SFT rows of every kept episode of ``results`` (one or more results files) to ``out`` (JSONL,
+    overwritten); return what was exported and skipped."""
+    cfg = config or ExportConfig()
+    paths = [results] if isinstance(results, (str, os.PathLike)) else list(results)
+    stats = ExportStats()
+    forms: dict[str, ChatForm | None] = {}
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for path in paths:
+            for rec in load_episodes(path):
+                stats.episodes += 1
+                if rec.row.get("error") is not None:
+                    stats.errored += 1
+                    continue
+                if not cfg.keeps(rec.row):
+                    stats.filtered += 1
+                    continue
+                if not rec.transcript or not rec.transcript.get("turns"):
+                    stats.no_transcript += 1
+                    continue
+                env_id = rec.row["env_id"]
+                if cfg.per_turn:
+                    rows = turn_rows(rec, cfg.system)
+                else:
+                    if env_id not in forms:
+                        form = chat_form(env_id)
+                        use_tools = cfg.form == "tools" or (cfg.form == "auto" and form.native)
+                        forms[env_id] = form if use_tools else None
+                    rows = [episode_row(rec, forms[env_id], cfg.system)]
+                for r in rows:
+                    fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+                stats.rows += len(rows)
+                stats.by_env[env_id] = stats.by_env.get(env_id, 0) + len(rows)
+    os.replace(tmp, out)
+    if stats.no_transcript:
+        logger.warning("%d episode(s) have no transcript (an eval run with --no-transcripts?)", stats.no_transcript)
+    return stats
+
+
+def main(args) -> int:
+    """``agentgym export-sft`` (arguments parsed by :mod:`agentgym.cli`)."""
+    cfg = ExportConfig(per_turn=args.per_turn, form=args.form, success=args.success, min_score=args.min_score,
+                       max_score=args.max_score, system=args.system)
+    try:
+        stats = export_sft(args.results, args.out, cfg)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.out}: {stats.describe()}")
+    if stats.rows == 0:
+        print("error: nothing to export" + (" (the results keep no transcripts: rerun 'agentgym eval' without "
+                                             "--no-transcripts)" if stats.no_transcript else ""),
+              file=sys.stderr)
+        return 1
+    return 0

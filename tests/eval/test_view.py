@@ -1,0 +1,150 @@
+"""``agentgym view``: the static page of a real TextCraft eval, opened from a file in a real headless Chromium
+(Debian's ``chromium``, driven by playwright with ``executable_path``, so nothing is downloaded): it loads with no
+console errors, the filters narrow the list, an episode expands into its turns, and model responses carrying HTML /
+script payloads are shown as text and never run."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agentgym.cli import main
+from agentgym.eval.grid import EvalGrid, run_grid
+from agentgym.eval.view import build_page, page_data
+from agentgym.registration import get_entry
+from agentgym.rollout.openai_policy import PolicyResponse
+from agentgym.rollout.policy import OraclePolicy
+
+XSS = ('<img src=x onerror="window.__xss=1;document.title=\'pwned\'">'
+       '</script><script>window.__xss=2</script><!-- {{DATA}} -->')
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+class HostilePolicy:
+    """Plays TextCraft badly, with HTML/script payloads around its actions; fails for good on one task."""
+
+    name = "hostile"
+
+    def __call__(self, prompts, contexts=None):
+        out = []
+        for c in contexts:
+            if c.task_id == "adapt.test.3" and c.turn == 1:
+                out.append(RuntimeError(f"server said {XSS}"))
+            elif c.turn % 2:
+                out.append(f"<think>{XSS}</think>")  # no action tag: an invalid action
+            else:  # with the request's usage record, as model-backed policies attach it
+                out.append(PolicyResponse(f"<think>{XSS}</think><action>get 1 oak logs</action>",
+                                          {"prompt_tokens": 1234, "completion_tokens": 56, "latency_s": 0.25}))
+        return out
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    ok, why = get_entry("TextCraft-v0").split_available("adapt-test")
+    if not ok:
+        pytest.skip(f"TextCraft-v0 adapt-test is not available here: {why}")
+    out = tmp_path_factory.mktemp("view") / "textcraft.jsonl"
+    run_grid(EvalGrid(env_id="TextCraft-v0", split="adapt-test", episodes=6), OraclePolicy(), out)
+    run_grid(EvalGrid(env_id="TextCraft-v0", split="adapt-test", episodes=6, seeds=(1,), max_turns=4),
+             HostilePolicy(), out.with_name("hostile.jsonl"))
+    return [out, out.with_name("hostile.jsonl")]
+
+
+def test_page_data_summarizes_per_family_and_escapes_the_script_element(results):
+    data = page_data(results)
+    eps = data["episodes"]
+    assert len(eps) == 12 and data["transcripts"] == 12
+    assert {e["outcome"] for e in eps} == {"won", "lost", "error"}
+    assert [e["error_kind"] for e in eps if e["outcome"] == "error"] == ["policy_error"]
+    fams = {(s["family"], s["episodes"], s["errors"]) for s in data["summary"]}
+    assert ("All", 6, 0) in fams and ("All", 5, 1) in fams
+    assert all(isinstance(e["transcript"]["turns"][0]["prompt"], str) for e in eps if e["transcript"]["turns"])
+    page = build_page(results)
+    # the payload never appears raw: one data element and one script element, nothing else opens or closes one
+    assert len(re.findall(r"<script", page, re.I)) == 2 and len(re.findall(r"</script", page, re.I)) == 2
+    assert "<img" not in page and "\\u003cimg src=x" in page
+    assert "\\u003c!-- {{DATA}} --\\u003e" in page  # a placeholder inside the data is left alone
+
+
+def _chromium() -> str | None:
+    exe = os.environ.get("AGENTGYM_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    return exe if Path(exe).exists() else None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    exe = _chromium()
+    require = os.environ.get("AGENTGYM_REQUIRE_BROWSER") == "1"  # .ci/run installs Chromium and sets it
+    if exe is None:
+        if require:
+            pytest.fail("AGENTGYM_REQUIRE_BROWSER=1 but no Chromium at /usr/bin/chromium")
+        pytest.skip("no Chromium (apt-get install chromium) for the browser test")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if require:
+            raise
+        pytest.skip("playwright is not installed (the 'test' extra has it)")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def test_view_page_in_headless_chromium(results, browser, tmp_path):
+    out = tmp_path / "report.html"
+    assert main(["view", *map(str, results), "--out", str(out), "--title", "TextCraft <b>eval</b>"]) == 0
+    page = browser.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning")
+            else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("request", lambda r: problems.append(f"request: {r.url}") if not r.url.startswith("file:") else None)
+    page.goto(out.as_uri())
+    assert page.title() == "TextCraft <b>eval</b>"
+    count = page.locator("#count")
+    assert count.text_content() == "12 of 12 episodes"
+    assert page.locator("table.summary tr").count() == 1 + len(page_data(results)["summary"])
+
+    page.select_option("#f-outcome", "error")
+    assert count.text_content() == "1 of 12 episodes"
+    page.select_option("#f-outcome", "")
+    page.select_option("#f-error", "policy_error")
+    assert count.text_content() == "1 of 12 episodes"
+    page.select_option("#f-error", "")
+    page.select_option("#f-outcome", "won")
+    assert count.text_content() == "6 of 12 episodes"
+    page.select_option("#f-outcome", "lost")
+    page.fill("#f-task", "adapt.test.1")
+    assert count.text_content() == "1 of 12 episodes"
+    page.fill("#f-task", "")
+    assert count.text_content() == "5 of 12 episodes"
+
+    episode = page.locator("details.episode:not([hidden])").first
+    assert episode.locator(".turn").count() == 0  # built when opened
+    episode.locator("summary").click()
+    turns = episode.locator(".turn")
+    assert turns.count() == 4
+    first = turns.first
+    assert first.locator("pre.response").text_content() == f"<think>{XSS}</think><action>get 1 oak logs</action>"
+    assert "invalid action" in turns.nth(1).text_content()
+    assert "usage: prompt_tokens 1234 · completion_tokens 56 · latency_s 0.250" in first.text_content()
+    assert "tokens 2468 in / 112 out" in episode.text_content()  # the episode's two requests
+    assert "prompt (as the policy saw it)" in first.text_content()
+    assert page.evaluate("window.__xss") is None and page.title() == "TextCraft <b>eval</b>"
+    assert page.locator("#episodes img").count() == 0 and page.locator("#episodes script").count() == 0
+
+    page.select_option("#f-outcome", "error")
+    errored = page.locator("details.episode:not([hidden])").first
+    errored.locator("summary").click()
+    assert "episode error (policy_error)" in errored.text_content() and XSS in errored.text_content()
+    page.screenshot(path=str(tmp_path / "view.png"), full_page=True)
+    assert (tmp_path / "view.png").stat().st_size > 10_000
+    assert problems == []
