@@ -177,10 +177,13 @@ def test_doing_nothing_wins_exactly_the_tasks_whose_gold_changes_and_says_nothin
 
 @pytest.mark.parametrize("response,fragment", [
     ("<tool_call>{not json</tool_call>", "not valid JSON"),
-    ('<tool_call>{"name": "fly_me_to_the_moon", "arguments": {}}</tool_call>', "unknown tool"),
-    ('<tool_call>{"name": "get_reservation_details", "arguments": {}}</tool_call>', "missing required"),
+    ('<tool_call>{"name": "fly_me_to_the_moon", "arguments": {}}</tool_call>',
+     "Error: Tool 'fly_me_to_the_moon' not found."),
+    ('<tool_call>{"name": "get_reservation_details", "arguments": {}}</tool_call>',
+     "Error: AirlineTools.get_reservation_details() missing 1 required positional argument: 'reservation_id'"),
     ('<tool_call>{"name": "get_reservation_details", "arguments": {"reservation_id": 7}}</tool_call>',
-     "must be a string"),
+     "reservation_id must be a string, got integer"),
+    ('<tool_call>{"name": "get_reservation_details", "arguments": [1]}</tool_call>', "must be a JSON object"),
     ('<tool_call>{"arguments": {}}</tool_call>', "must be a JSON object"),
     ('<tool_call>["get_user_details"]</tool_call>', "must be a JSON object"),
     ("<tool_call>" + "[" * 100_000 + "</tool_call>", "not valid JSON"),

@@ -14,6 +14,13 @@ from agentgym.envs.tau_airline import ENTRY
 from agentgym.errors import AgentGymError
 
 _ok, _why = ENTRY.split_available("base")
+if _ok:  # the chat user needs τ²'s guideline file too (staged, or derived after `agentgym tau setup`)
+    from agentgym.envs.tau_airline.user import simulation_guidelines
+
+    try:
+        simulation_guidelines()
+    except AgentGymError as e:
+        _ok, _why = False, str(e)
 pytestmark = pytest.mark.skipif(not _ok, reason=f"τ² airline data not available: {_why}")
 
 if _ok:
