@@ -23,6 +23,7 @@ from typing import Any, Iterator
 __all__ = ["EpisodeDB", "TABLES", "canonical_json", "tau2_hash"]
 
 TABLES = ("flights", "users", "reservations")
+_BASE_JSON: dict[int, tuple[dict, dict[str, dict[str, str]]]] = {}  # id(base) -> (base, record JSON per table)
 
 
 def canonical_json(value: Any) -> str:
@@ -90,8 +91,20 @@ class EpisodeDB:
         return hashlib.sha256(canonical_json(self.changes()).encode("utf-8")).hexdigest()
 
     def tau2_hash(self) -> str:
-        """τ²'s hash of this episode's full database (no copy: the tables are merged shallowly)."""
-        return tau2_hash({t: {**self._base[t], **self._over[t]} for t in TABLES})
+        """τ²'s hash of this episode's full database: :func:`tau2_hash` of :meth:`materialize`, built from the base
+        records' JSON (serialized once per base) and the overlay's, without copying the database."""
+        cached = _BASE_JSON.get(id(self._base))
+        if cached is None or cached[0] is not self._base:
+            cached = (self._base, {t: {k: json.dumps(v, sort_keys=True, default=str) for k, v in self._base[t].items()}
+                                   for t in TABLES})
+            _BASE_JSON[id(self._base)] = cached
+        parts = []
+        for t in sorted(TABLES):  # json.dumps(sort_keys=True) of {table: {key: record}}
+            records = {**cached[1][t], **{k: json.dumps(v, sort_keys=True, default=str)
+                                          for k, v in self._over[t].items()}}
+            body = ", ".join(f"{json.dumps(k)}: {records[k]}" for k in sorted(records))
+            parts.append(f"{json.dumps(t)}: {{{body}}}")
+        return hashlib.sha256(("{" + ", ".join(parts) + "}").encode()).hexdigest()
 
     def materialize(self) -> dict[str, dict[str, Any]]:
         """The full database as a new dict (slow: a deep copy of the base). For tests and exports."""
