@@ -434,3 +434,22 @@ def test_openai_messages_record_the_conversation():
     # The default prompt keeps the whole conversation, not just the last two turns.
     assert "mohamed_silva_9265" in env.prompt().split("Prior to this step")[1]
     json.dumps(msgs)
+
+
+def test_progress_follows_tau2s_action_check():
+    """τ² compares the keys of the agent's call (compare_args unset) with Python's ==, over every call of the episode,
+    refused ones included: a call with no arguments matches any gold action of its name."""
+    env = make()
+    task = next(t for t in env.domain.tasks.values() if len(t.gold_actions) >= 2
+                and all(a.compare_args is None for a in t.gold_actions))
+    env.reset(options={"task_id": task.task_id})
+    first = task.gold_actions[0]
+    _, _, _, _, info = env.step(tool_call_text(first.name, {}))  # refused: missing arguments
+    assert info["action_valid"] is False
+    matched = sum(a.name == first.name for a in task.gold_actions)
+    assert env.progress() == pytest.approx(matched / len(task.gold_actions))
+    key = next(iter(first.arguments))
+    wrong = {key: "nope"}
+    env.reset(options={"task_id": task.task_id})
+    env.step(tool_call_text(first.name, wrong))
+    assert env.progress() == 0.0
