@@ -122,3 +122,17 @@ def test_think_tool_is_opt_in():
     env.reset(options={"task_id": "0"})
     obs, *_, info = env.step('<tool_call>{"name": "think", "arguments": {"thought": "x"}}</tool_call>')
     assert obs == "Tool (think): " and info["action_valid"] and info["process_ok"]
+
+
+@pytest.mark.skipif(_have_2025_06() is not None, reason=str(_have_2025_06()))
+def test_oracle_wins_every_task_of_the_2025_06_set():
+    env = agentgym.make("TauAirline-v0", split="base", task_set="tau2-2025-06")
+    rewards = []
+    for tid in env.task_ids():
+        env.reset(options={"task_id": tid})
+        while True:
+            *_, term, trunc, info = env.step(env.oracle_action())
+            if term or trunc:
+                break
+        rewards.append(info["reward_info"]["reward"])
+    assert rewards == [1.0] * 50
