@@ -20,7 +20,8 @@ it and of the task's recipe lines: output and ingredient counts (0, off by one, 
 missing output count, letter case, doubled/tab/Unicode spaces, periods, ``minecraft:`` prefixes, underscores, tags for
 members and members for tags (vanilla-tag members too: ``oak log`` for ``oak logs``), repeated, split, dropped and
 reordered ingredients, unknown items, trailing commas, newlines, ``get`` of craftable, tag, unknown and base items
-with 0 or huge counts, ``inventory`` variants, the empty command, an empty tag and no tag.
+with 0 or huge counts, ``inventory`` variants, a soup of the grammar's words in random order and spacing, the empty
+command, an empty tag and no tag.
 
 Run a larger check by hand on fresh seeds::
 
@@ -45,6 +46,11 @@ from unittest import mock
 import numpy as np
 
 UNICODE_SPACES = ("\u00a0", "\u2003", "\u2009", "\u3000")
+#: Pieces of commands for the word-soup mutation.
+_SOUP = ("craft", "get", "inventory", "using", "using ", " using ", "1", "2", "4", "0", "007", "9" * 50, "-1", "oak",
+         "planks", "oak planks", "oak logs", "oak log", "stick", "minecraft:oak_planks", "oak_planks", ",", ", ", " ",
+         "  ", "\t", "\n", ".", "Oak", "granite", "diorite", "quartz", "cobblestone", "x", "", "Inventory", "stone",
+         "crafting table")
 #: ADaPT's step calls int() on counts; past Python's 4,300-digit limit that raises (agentgym's listed difference).
 MAX_DIGITS = 4300
 
@@ -249,22 +255,31 @@ class Mutator:
                           "inventory\nget 1 stone", "inv", "check inventory", "inventory.", "show inventory",
                           "inventor"])
 
+    def soup(self) -> str:
+        """Words of the grammar in random order and spacing (``craft using 007 oak_planks , get``...)."""
+        rng = self.rng
+        words = [self.pick(_SOUP) for _ in range(int(rng.integers(1, 9)))]
+        text = ("" if rng.random() < 0.3 else " ").join(words)
+        return self.pick(["", "get ", "craft "]) + text
+
     def command(self, oracle: str) -> tuple[str | None, str]:
         """(the response's action body, or None for a response without a tag; the kind, for coverage counts)."""
         rng = self.rng
         u = rng.random()
-        if u < 0.45:
+        if u < 0.42:
             return oracle, "oracle"
-        if u < 0.62:
+        if u < 0.59:
             return (self.mutate_craft(oracle) if oracle.startswith("craft") else self.mutate_text(oracle)), "oracle*"
-        if u < 0.74:
+        if u < 0.71:
             line = self.pick(list(self.env.task.context))
             return (self.mutate_craft(line) if rng.random() < 0.7 else line), "context"
-        if u < 0.85:
+        if u < 0.81:
             return self.get(), "get"
-        if u < 0.92:
+        if u < 0.87:
             return self.inventory(), "inventory"
-        if u < 0.95:
+        if u < 0.93:
+            return self.soup(), "soup"
+        if u < 0.96:
             return self.pick(["", " ", "jump", "craft", "get", "craft using", "look around", "craft 1 stick"]), "junk"
         return None, "no tag"
 
