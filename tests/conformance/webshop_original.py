@@ -1,7 +1,7 @@
 """The original WebShop's page and option logic, as the conformance test runs it.
 
-Source: princeton-nlp/WebShop at commit ``64fa2a5c15c7daa698b9ac93f5bb5437b634c9bd`` (MIT, ``webshop_original/LICENSE``).
-WebShop is not on PyPI, so what the text environment needs is taken from that commit:
+Source: princeton-nlp/WebShop at commit ``64fa2a5c15c7daa698b9ac93f5bb5437b634c9bd`` (MIT licence:
+``webshop_original/LICENSE``). WebShop is not on PyPI, so what the text environment needs is taken from that commit:
 
 * ``webshop_original/*.html``: the page templates of ``web_agent_site/templates/``, verbatim (their git blob ids are
   pinned in :data:`TEMPLATE_BLOB_IDS` and checked by the test);
