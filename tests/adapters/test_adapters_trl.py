@@ -152,7 +152,12 @@ def test_adapters_trl_sgcd(textcraft, tmp_path):
     w = res.token_weight[res.loss_mask]
     assert np.all((w >= 1.0) & (w <= 2.0))
     assert trainer.ag_last_batch.teacher_topk_logprob.shape[2] == 8
-    assert "agentgym/credit_weight_mean" in trainer.state.log_history[-2]
+    # Credit weights are logged for every step whose batch has a group with non-zero reward spread (a step where every
+    # group's rewards are equal has no advantages to weight; with a random tiny model that depends on the env's texts).
+    steps = [h for h in trainer.state.log_history if "frac_reward_zero_std" in h]
+    weighted = [h for h in steps if h["frac_reward_zero_std"] < 1]
+    assert weighted and all("agentgym/credit_weight_mean" in h for h in weighted)
+    assert all(1.0 <= h["agentgym/credit_weight_mean"] <= 2.0 for h in weighted)
 
 
 def test_adapters_trl_a2tgpo_information_gain(wikisearch, tmp_path):

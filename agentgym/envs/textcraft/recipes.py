@@ -10,10 +10,12 @@ This follows the semantics of the original TextCraft (ADaPT, Prasad et al. 2024;
 * a recipe's ``group`` becomes the *tag* of its output item (``oak_planks`` has tag ``planks``), so a recipe that
   asks for the generic ``planks`` accepts any item of that tag;
 * a recipe that would close a cycle in the dependency graph is dropped;
-* a tag that no craftable item carries (``oak_logs``) is turned into a plain item that can be fetched with ``get``.
-  The recipe files do not carry Minecraft's item tags, so such an ingredient also accepts the members of the
-  vanilla 1.16.5 tag (:data:`VANILLA_TAGS`: ``oak_logs`` is filled by ``oak log``, ``oak wood``, ``stripped oak
-  log``...), which is how the ``textcraft_{train,val}`` gold trajectories spell them.
+* a tag that recipes take as an ingredient but that no craftable item carries (``oak_logs``) is turned into a plain
+  item that can be fetched with ``get``.
+  The recipe files do not carry Minecraft's item tags. Under the *lenient* rules only (agentgym's, see
+  :mod:`.env`; ADaPT's TextCraft does not do this) such an ingredient also accepts the members of the vanilla
+  1.16.5 tag (:data:`VANILLA_TAGS`: ``oak_logs`` is filled by ``oak log``, ``oak wood``, ``stripped oak log``...),
+  which is how the ``textcraft_{train,val}`` gold trajectories spell them: :meth:`CraftingGraph.matches`.
 
 One deliberate difference: files are read in *reverse-sorted* name order. The original reads them in
 ``os.listdir`` order, which differs between file systems, and the cycle rule makes the graph depend on that order
@@ -130,7 +132,8 @@ class CraftingGraph:
         return sorted(i for i, t in self.item_tag.items() if t == tag)
 
     def matches(self, ingredient: Ingredient, item: str) -> bool:
-        """Whether ``item`` may fill ``ingredient`` (a specific item, or a member of the tag)."""
+        """Whether ``item`` may fill ``ingredient`` under the lenient rules: a specific item, a member of the tag,
+        or a member of the vanilla tag a demoted tag stands for (:data:`VANILLA_TAGS`)."""
         if ingredient.is_tag:
             return self.item_tag.get(item) == ingredient.name
         return item == ingredient.name or item in VANILLA_TAGS.get(ingredient.name, ())
@@ -271,14 +274,17 @@ def load_recipes(recipe_dir: str | os.PathLike) -> CraftingGraph:
         tag = graph.item_tag.get(out)
         if tag is not None:
             graph.tag_recipes.setdefault(tag, []).append(recipe)
-    # A tag that no craftable item carries can only be fetched: make it a plain item.
+    # A tag ingredient that no craftable item carries can only be fetched: make it a plain item. As in ADaPT's
+    # clean_up_recipes, only tags that recipes take as ingredients are demoted; a group tag that is never an
+    # ingredient stays a tag even when none of its items has a recipe left (``dyed_bed``).
+    demoted: set[str] = set()
     for recipes in graph.recipes.values():
         for i, r in enumerate(recipes):
             if any(ing.is_tag and not _tag_has_recipe(graph, ing.name) for ing, _ in r.inputs):
+                demoted |= {ing.name for ing, _ in r.inputs if ing.is_tag and not _tag_has_recipe(graph, ing.name)}
                 recipes[i] = Recipe(r.output, r.count, tuple(
                     (Ingredient(ing.name) if ing.is_tag and not _tag_has_recipe(graph, ing.name) else ing, n)
                     for ing, n in r.inputs), r.source)
-    demoted = {t for t in graph.tags if not _tag_has_recipe(graph, t)}
     graph.tags -= demoted
     graph.items |= demoted
     for tag, recipes in graph.tag_recipes.items():  # keep tag_recipes in step with the rewritten recipes

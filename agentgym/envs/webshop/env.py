@@ -13,9 +13,16 @@ chooses options and buys. Only Buy Now ends an episode (``terminated``); ``max_t
 * **Actions**: the body of ``<action>...</action>``, lower-cased as verl-agent does (``lowercase_actions``). An
   action that does not parse or names no button on the page changes nothing; it is flagged
   (``action_valid=False``, ``invalid_reason``) and the observation is the unchanged page, as WebShop returns it
-  (spec §2); ``invalid_feedback=True`` prefixes the reason. A response with no ``<action>`` tag at all never
-  reaches WebShop: its observation always starts with ``Invalid action: ...``, as AgentGym's client answers a
-  parse failure. A search is accepted on every page but is admissible only on the search page.
+  (spec §2). A search is accepted on every page but is admissible only on the search page. The buttons and
+  admissible clicks are the original ``web_agent_site``'s: its clickables are dict keys, so an option value that
+  a product repeats is one click (tests/conformance renders the original templates on all 1,000 products).
+* **Rules** (``rules``, part of a run's identity: :meth:`WebShopEnv.run_identity`): ``"canonical"`` (the default
+  on every split) shows exactly what WebShop shows: a response with no parsable ``<action>`` tag is played as the
+  empty command, which WebShop ignores, so the agent reads the unchanged page; why is only in ``info``.
+  ``"lenient"`` is agentgym's earlier wording: a parse failure is answered ``Invalid action: ... Nothing
+  changed.`` above the page (as AgentGym's client answers one), and ``invalid_feedback=True`` (lenient only) adds
+  that note after every invalid WebShop action too. Scores and rewards are the same under both; only what the
+  agent reads differs, which changes what a model does. See the package README for the remaining differences.
 * **Reward** (``reward_mode``): ``"raw"`` (default) gives WebShop's score in [0, 1] on Buy Now; ``"verl-agent"``
   gives 10 when that score is 1.0. ``info["won"]`` is score == 1.0, ``info["score"]`` the raw score, and
   ``info["reward_info"]`` WebShop's breakdown (r_type, r_att, r_option, r_price, their weights, query/category
@@ -50,11 +57,13 @@ from .pages import SEARCH_PLACEHOLDER, ShopSession, parse_webshop_action, verl_a
 from .reward import RewardGoal, get_reward
 from .search import BM25Index, analyze
 
-__all__ = ["WebShopEnv", "get_engine", "SPLITS"]
+__all__ = ["WebShopEnv", "get_engine", "SPLITS", "RULES"]
 
 logger = logging.getLogger(__name__)
 
 SPLITS = ("test", "train", "all", "human", "verl-agent-val")
+#: What the agent reads after an unparsable response (see the module docstring); canonical is every split's default.
+RULES = ("canonical", "lenient")
 _OPTION_KEYS = {"task_id", "task", "goal_index"}
 _MAX_PROMPT_CHARS = 13_000
 _TASK_ID = re.compile(r"^(ws|wsh)(\d+)-(\d+)$")
@@ -126,8 +135,11 @@ class WebShopEnv(AgentEnv):
         search_shortcuts: accept WebShop's ``<r>``, ``<c> category`` and ``<q> query`` searches.
         lowercase_actions: lower-case the whole action before parsing (verl-agent does; WebShop matches the action
             name case-sensitively).
-        invalid_feedback: prefix the unchanged page with the reason after an invalid WebShop action (default off:
-            the page only, exactly as WebShop/verl-agent return it; ``info`` flags the action either way).
+        rules: ``"canonical"`` (default: WebShop's pages only, an unparsable response plays the empty command) or
+            ``"lenient"`` (agentgym's invalid-action notes); part of the run's identity (:meth:`run_identity`).
+        invalid_feedback: lenient rules only: prefix the unchanged page with the reason after an invalid WebShop
+            action (default off: the page only, exactly as WebShop/verl-agent return it; ``info`` flags the action
+            either way).
         max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
     """
 
@@ -136,8 +148,9 @@ class WebShopEnv(AgentEnv):
     def __init__(self, split: str = "test", *, goal_seed: int = 0, observation_mode: str = "text",
                  reward_mode: str = "raw", data_dir: str | None = None, noun_table: str | None = None,
                  noun_model: str | None = None, show_attrs: bool = False, search_shortcuts: bool = True,
-                 lowercase_actions: bool = True, invalid_feedback: bool = False, max_turns: int = 15,
-                 invalid_action_penalty: float = 0.0, history_length: int = 2, render_mode: str | None = None):
+                 lowercase_actions: bool = True, rules: str | None = None, invalid_feedback: bool = False,
+                 max_turns: int = 15, invalid_action_penalty: float = 0.0, history_length: int = 2,
+                 render_mode: str | None = None):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
                          history_length=history_length, render_mode=render_mode)
         if split not in SPLITS:
@@ -146,6 +159,12 @@ class WebShopEnv(AgentEnv):
             raise ValueError(f"observation_mode must be 'verl-agent' or 'text', got {observation_mode!r}")
         if reward_mode not in ("raw", "verl-agent"):
             raise ValueError(f"reward_mode must be 'raw' or 'verl-agent', got {reward_mode!r}")
+        if rules is not None and rules not in RULES:
+            raise ValueError(f"rules must be one of {RULES}, got {rules!r}")
+        self.rules = "canonical" if rules is None else rules
+        if invalid_feedback and self.rules == "canonical":
+            raise ValueError("invalid_feedback=True needs rules='lenient': under canonical rules the agent reads "
+                             "WebShop's page only (the reason is in info['invalid_reason'])")
         kwargs = {"noun_table": noun_table}
         if noun_model is not None:
             kwargs["noun_model"] = noun_model
@@ -259,10 +278,17 @@ class WebShopEnv(AgentEnv):
         return f"Invalid action: {reason}. Nothing changed.\n{page}" if always or self.invalid_feedback else page
 
     def _invalid_observation(self, problem: str | None) -> str:
-        # A response without a well-formed <action> tag is a no-op that never reaches WebShop; AgentGym's client
-        # answers such a parse failure with "Invalid Action." above the page, so the note is always there.
+        # A response without a well-formed <action> tag. Canonical rules: it plays the empty command, a no-op in
+        # WebShop, so the agent reads the unchanged page (the problem is in info["invalid_reason"]). Lenient rules:
+        # AgentGym's client answers a parse failure with a note above the page, so the note is always there.
+        if self.rules == "canonical":
+            return self._page_observation()
         return self._feedback(f"{problem}; put one search[...] or click[...] inside <action>...</action>",
                               always=True)
+
+    def run_identity(self) -> dict[str, Any]:
+        """``{"rules": "canonical"|"lenient"}``: what the agent reads after an unparsable response."""
+        return {"rules": self.rules}
 
     def _is_admissible(self, action: str) -> bool:
         """Whether the action is one the admissible list offers (any query where the search bar is shown)."""

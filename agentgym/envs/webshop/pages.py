@@ -149,22 +149,26 @@ class ShopSession:
         return self.page == "search"
 
     def clickables(self) -> list[str]:
+        """WebShop's ``get_available_actions()["clickables"]``: the keys of its ``text_to_clickable`` dict, built from
+        the page's buttons and product links (lower-cased text) and then its option radios (values). Being dict
+        keys, each text appears once, where it first appeared: a value repeated in an option group (products
+        B08G14B779, B099WH1RTM) or across groups is one click, and the page text still lists every label."""
         if self.page == "search":
             return ["search"]
         if self.page == "results":
-            return (["back to search"] + (["< prev"] if self.page_num > 1 else []) + ["next >"]
+            keys = (["back to search"] + (["< prev"] if self.page_num > 1 else []) + ["next >"]
                     + [a.lower() for a in self.page_asins()])
-        if self.page == "item":
-            p = self.product
-            buttons = ["back to search", "< prev", "description", "features", "reviews"]
-            buttons += ["attributes"] if self.show_attrs else []
-            buttons.append("buy now")
-            for values in p.options.values():
-                buttons.extend(values)
-            return buttons
-        if self.page in _SUB_PAGES:
-            return ["back to search", "< prev"]
-        return []
+        elif self.page == "item":
+            keys = ["back to search", "< prev", "description", "features", "reviews"]
+            keys += ["attributes"] if self.show_attrs else []
+            keys.append("buy now")
+            for values in self.product.options.values():
+                keys.extend(values)
+        elif self.page in _SUB_PAGES:
+            keys = ["back to search", "< prev"]
+        else:
+            keys = []
+        return list(dict.fromkeys(keys))
 
     def admissible_actions(self) -> list[str]:
         return admissible_list(self.has_search_bar, self.clickables())
@@ -204,7 +208,11 @@ class ShopSession:
             segs = [*head, *nav]
         elif self.page == "attributes":
             p = self.product
-            segs = [*head, *nav, *p.attributes, p.category, p.query, p.product_category]
+            segs = [*head, *nav]
+            for attribute in p.attributes:  # the template puts a space before each, as on the Features page
+                segs += _node(" " + attribute)
+            for text in (p.category, p.query, p.product_category):
+                segs += _node(text)
         else:  # done: informational only; the original page lists more "None" fields between attrs and the score
             # (spec §3.1 elides them), which no wrapper reads: verl-agent resets and AgentGym stops at Buy Now.
             segs = ["Thank you for shopping with us!", "Your code:", "None", "(Paste it in your MTurk interface.)",
