@@ -1,9 +1,16 @@
-"""``openai:MODEL``: a batched text policy backed by any OpenAI-compatible chat-completions server (vLLM, SGLang,
-TGI, llama.cpp, the OpenAI API).
+"""``openai:MODEL``: a text policy backed by any OpenAI-compatible chat-completions server (vLLM, SGLang, TGI,
+llama.cpp, the OpenAI API).
 
 Each prompt the env renders (its Appendix J prompt contract: task, observation, history, action formats) becomes one
-chat request ``[system?, user=prompt]`` to ``POST {base_url}/chat/completions``. Requests of one batch run
-concurrently on ``concurrency`` threads; answers come back in prompt order.
+chat request ``[system?, user=prompt]`` to ``POST {base_url}/chat/completions`` (streaming off). The policy has both
+interfaces of :mod:`.policy`: per request, ``await agenerate(prompt, context)`` (what the episode-asynchronous runner
+uses), and batched, ``policy(prompts, contexts=...)`` (the lockstep runner; answers in prompt order).
+
+Transport: with ``httpx`` installed (``pip install 'agentgym[openai]'``), one pooled keep-alive ``httpx.AsyncClient``
+per event loop, at most ``concurrency`` requests in flight (and as many connections, kept open between requests);
+the batched call runs the same client on a private event-loop thread. Without it, each request is a stdlib
+``urllib`` request on one of ``concurrency`` threads (a new connection per request). Either way a loopback endpoint
+is reached directly, never through ``http_proxy`` (:mod:`agentgym.net`; httpx would honour the proxy variables).
 
 Failures: 429, 5xx, timeouts and dropped connections are retried up to ``max_retries`` times with exponential
 backoff (``Retry-After`` honoured, capped at ``backoff_max``). Other HTTP errors (400, 401, 404...), unreadable
@@ -18,27 +25,32 @@ so the members of a group and the trials of an episode are sampled independently
 
 Every answer is a :class:`PolicyResponse` (a ``str``) carrying a ``usage`` dict: prompt/completion tokens as the
 server reported them, latency, attempts, finish reason. The runner copies it into the turn record and the results
-row (``requests``). Only the standard library is used (``urllib``), so this needs no extra.
+row (``requests``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import email.utils
+import importlib.util
 import json
 import logging
 import os
 import random
 import socket
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.client import HTTPException
 from typing import Any, Sequence
 
-from ..errors import PolicyError
-from ..net import urlopen
+from ..errors import MissingDependencyError, PolicyError
+from ..net import is_loopback_url, urlopen
 from .policy import PromptContext, request_seeds
 
 __all__ = ["OpenAIConfig", "OpenAIPolicy", "PolicyResponse", "PolicyRequestError", "RETRYABLE_STATUS"]
@@ -97,11 +109,12 @@ class OpenAIConfig:
     stop: Sequence[str] | None = None
     seed: int | None = None  # base seed: each request gets its own, derived from it (see the module doc)
     extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"top_k": 20} for vLLM
-    concurrency: int = 8
-    timeout_s: float = 120.0
+    concurrency: int = 64  # requests in flight to the server (and pooled connections)
+    timeout_s: float = 120.0  # per attempt, connection to last byte
     max_retries: int = 4
     backoff_s: float = 0.5
     backoff_max_s: float = 8.0
+    transport: str = "auto"  # auto (httpx when installed, else urllib) | httpx | urllib
 
     def __post_init__(self):
         if not self.model:
@@ -112,6 +125,11 @@ class OpenAIConfig:
             raise PolicyError(f"max_retries must be >= 0, got {self.max_retries}")
         if not self.base_url.startswith(("http://", "https://")):
             raise PolicyError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        if self.transport not in ("auto", "httpx", "urllib"):
+            raise PolicyError(f"transport must be auto, httpx or urllib, got {self.transport!r}")
+        if self.extra_body.get("stream"):
+            raise PolicyError("streaming responses are not supported (extra_body sets stream); the policy needs "
+                              "the whole answer and its usage in one JSON body")
 
 
 class _Retryable(Exception):
@@ -120,8 +138,20 @@ class _Retryable(Exception):
         self.status, self.retry_after = status, retry_after
 
 
+def httpx_available() -> bool:
+    return importlib.util.find_spec("httpx") is not None
+
+
+class _LoopClient:
+    """The pooled client of one event loop and the semaphore that caps its requests in flight."""
+
+    def __init__(self, client, concurrency: int):
+        self.client = client
+        self.slots = asyncio.Semaphore(concurrency)
+
+
 class OpenAIPolicy:
-    """Batched chat-completions policy; see the module docstring."""
+    """Chat-completions policy (per-request async and batched); see the module docstring."""
 
     def __init__(self, config: OpenAIConfig):
         self.config = config
@@ -129,27 +159,80 @@ class OpenAIPolicy:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self.name = f"openai:{config.model}"
+        if config.transport == "httpx" and not httpx_available():
+            raise MissingDependencyError("httpx", "openai", "the pooled openai: client")
+        self.transport = "urllib" if config.transport == "urllib" or not httpx_available() else "httpx"
+        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> _LoopClient
+        self._bg: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None  # for the batched call
+        self.in_flight = 0  # requests sent and not answered (all loops)
 
     def __repr__(self) -> str:
         return f"OpenAIPolicy(model={self.config.model!r}, base_url={self.config.base_url!r})"
 
-    # -- the Policy protocol ---------------------------------------------------------------------------------
+    # -- the batched Policy protocol -------------------------------------------------------------------------
     def __call__(self, prompts: Sequence[str], contexts: Sequence[PromptContext] | None = None) -> list:
         if not prompts:
             return []
         seeds = request_seeds(self.config.seed, prompts, contexts) if self.config.seed is not None else \
             [None] * len(prompts)
+        if self.transport == "httpx":
+            return asyncio.run_coroutine_threadsafe(self._agather(prompts, seeds), self._background_loop()).result()
         if len(prompts) == 1 or self.config.concurrency == 1:
             return [self._complete(p, s) for p, s in zip(prompts, seeds)]
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="openai-policy")
-        return list(self._pool.map(self._complete, prompts, seeds))
+        return list(self._threads().map(self._complete, prompts, seeds))
+
+    async def _agather(self, prompts: Sequence[str], seeds: Sequence[int | None]) -> list:
+        return list(await asyncio.gather(*(self._acomplete(p, s) for p, s in zip(prompts, seeds))))
+
+    # -- the per-request async interface (the episode-asynchronous runner) -----------------------------------
+    async def agenerate(self, prompt: str, context: PromptContext | None = None):
+        """One prompt -> a :class:`PolicyResponse`, or a :class:`PolicyRequestError` *instance* (never raised) for a
+        request that failed for good. The sampling seed derives from ``context`` (episode and turn) as in the batched
+        call."""
+        seed = None
+        if self.config.seed is not None:
+            seed = request_seeds(self.config.seed, [prompt], None if context is None else [context])[0]
+        if self.transport == "httpx":
+            return await self._acomplete(prompt, seed)
+        return await asyncio.get_running_loop().run_in_executor(self._threads(), self._complete, prompt, seed)
+
+    async def aclose(self) -> None:
+        """Close the connection pool of the running event loop (the async runner awaits this at the end of a run)."""
+        state = self._clients.pop(asyncio.get_running_loop(), None)
+        if state is not None:
+            await state.client.aclose()
 
     def close(self) -> None:
+        """Close the thread pool and the batched call's event loop (and its connections)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self._bg is not None:
+            loop, thread = self._bg
+            self._bg = None
+            try:
+                asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout=10)
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+            if not thread.is_alive():
+                loop.close()
+
+    def _threads(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="openai-policy")
+            return self._pool
+
+    def _background_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._bg is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="openai-policy-loop", daemon=True)
+                thread.start()
+                self._bg = (loop, thread)
+            return self._bg[0]
 
     # -- one prompt ------------------------------------------------------------------------------------------
     def messages(self, prompt: str) -> list[dict]:
@@ -193,11 +276,7 @@ class OpenAIPolicy:
                 last = e
                 if attempt > c.max_retries:
                     break
-                delay = min(c.backoff_max_s, c.backoff_s * 2 ** (attempt - 1))
-                # Jitter keeps concurrent retries from hitting a rate limit in lockstep.
-                delay *= 0.5 + random.random() / 2
-                if e.retry_after is not None:
-                    delay = min(c.backoff_max_s, max(delay, e.retry_after))
+                delay = self._backoff(attempt, e)
                 logger.info("openai policy: %s; retry %d/%d in %.2fs", e, attempt, c.max_retries, delay)
                 time.sleep(delay)
             except PolicyRequestError as e:
@@ -210,6 +289,93 @@ class OpenAIPolicy:
         return PolicyRequestError(f"{self.url}: {last} (gave up after {c.max_retries + 1} attempts)",
                                   status=last.status, attempts=c.max_retries + 1,
                                   latency_s=time.perf_counter() - t_start)
+
+    def _client(self) -> _LoopClient:
+        loop = asyncio.get_running_loop()
+        state = self._clients.get(loop)
+        if state is None:
+            import httpx
+
+            c = self.config
+            client = httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=c.concurrency, max_keepalive_connections=c.concurrency),
+                # pool=None: a request waits for a free connection without a deadline (the semaphore queues them;
+                # the attempt's own deadline starts once it is sent).
+                timeout=httpx.Timeout(c.timeout_s, pool=None),
+                # httpx reads http_proxy & co. from the environment; a loopback endpoint never goes through a proxy.
+                trust_env=not is_loopback_url(self.url),
+                headers=self._headers(), follow_redirects=False)
+            state = self._clients[loop] = _LoopClient(client, c.concurrency)
+        return state
+
+    async def _acomplete(self, prompt: str, seed: int | None = None):
+        """The async twin of :meth:`_complete` (same retries, same records), on the loop's pooled client."""
+        c = self.config
+        data = json.dumps(self.request_body(prompt, seed)).encode("utf-8")
+        state = self._client()
+        t_start = time.perf_counter()
+        last: _Retryable | None = None
+        for attempt in range(1, c.max_retries + 2):
+            try:
+                async with state.slots:
+                    t0 = time.perf_counter()
+                    self.in_flight += 1
+                    try:
+                        payload = await _deadline(self._apost(state.client, data), c.timeout_s)
+                    finally:
+                        self.in_flight -= 1
+                    latency = time.perf_counter() - t0
+                return self._parse(payload, latency=latency, attempts=attempt, total=time.perf_counter() - t_start)
+            except _Retryable as e:
+                last = e
+            except (asyncio.TimeoutError, TimeoutError):
+                last = _Retryable(f"timed out after {c.timeout_s}s")
+            except PolicyRequestError as e:
+                e.attempts, e.latency_s = attempt, time.perf_counter() - t_start
+                return e
+            except Exception as e:  # noqa: BLE001 - anything else fails this prompt alone, typed
+                return PolicyRequestError(f"{self.url}: {type(e).__name__}: {e}", attempts=attempt,
+                                          latency_s=time.perf_counter() - t_start)
+            if attempt > c.max_retries:
+                break
+            delay = self._backoff(attempt, last)
+            logger.info("openai policy: %s; retry %d/%d in %.2fs", last, attempt, c.max_retries, delay)
+            await asyncio.sleep(delay)
+        assert last is not None
+        return PolicyRequestError(f"{self.url}: {last} (gave up after {c.max_retries + 1} attempts)",
+                                  status=last.status, attempts=c.max_retries + 1,
+                                  latency_s=time.perf_counter() - t_start)
+
+    async def _apost(self, client, data: bytes) -> dict:
+        import httpx
+
+        try:
+            resp = await client.post(self.url, content=data)
+        except httpx.TimeoutException as e:
+            raise _Retryable(f"timed out after {self.config.timeout_s}s ({type(e).__name__})") from None
+        except httpx.TransportError as e:  # refused, reset, closed mid-answer
+            raise _Retryable(f"connection failed: {type(e).__name__}: {e}") from None
+        status, raw = resp.status_code, resp.content
+        if not 200 <= status < 300:
+            body = raw[:300].decode("utf-8", "replace").strip()
+            detail = f": {body}" if body else ""
+            if status in RETRYABLE_STATUS:
+                raise _Retryable(f"HTTP {status}{detail}", status, _retry_after(resp.headers))
+            raise PolicyRequestError(f"{self.url}: HTTP {status}{detail} (not retried)", status=status)
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise PolicyRequestError(f"{self.url}: unreadable JSON answer ({e}): {raw[:200]!r}",
+                                     status=status) from None
+
+    def _backoff(self, attempt: int, err: "_Retryable") -> float:
+        """Exponential backoff with jitter (concurrent retries must not hit a rate limit in lockstep), at least the
+        server's ``Retry-After``, at most ``backoff_max_s``."""
+        c = self.config
+        delay = min(c.backoff_max_s, c.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+        if err.retry_after is not None:
+            delay = min(c.backoff_max_s, max(delay, err.retry_after))
+        return delay
 
     def _post(self, data: bytes) -> dict:
         req = urllib.request.Request(self.url, data=data, headers=self._headers(), method="POST")
@@ -257,12 +423,28 @@ class OpenAIPolicy:
         })
 
 
+if sys.version_info >= (3, 11):
+    async def _deadline(coro, seconds: float):
+        async with asyncio.timeout(seconds):
+            return await coro
+else:  # pragma: no cover - Python 3.10
+    _deadline = asyncio.wait_for
+
+
 def _retry_after(headers) -> float | None:
-    try:
-        v = headers.get("Retry-After") if headers is not None else None
-        return float(v) if v is not None else None
-    except (TypeError, ValueError):
+    """``Retry-After`` in seconds: a number of seconds or an HTTP date (RFC 9110); None when absent or unreadable."""
+    v = headers.get("Retry-After") if headers is not None else None
+    if v is None:
         return None
+    try:
+        return max(0.0, float(v))
+    except (TypeError, ValueError):
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(v)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - time.time()) if when is not None else None
 
 
 def _error_detail(e: urllib.error.HTTPError) -> str:
