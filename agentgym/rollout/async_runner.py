@@ -90,7 +90,12 @@ class DynamicBatcher:
             self.batch_sizes.append(n)
             task = loop.create_task(self._run(batch, loop))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a Ctrl-C raised inside a batch has already stopped the loop
 
     async def _run(self, batch: list[tuple[Any, asyncio.Future]], loop) -> None:
         try:
