@@ -9,8 +9,8 @@ holding either the value or an :class:`~agentgym.errors.ErrorRecord`: an ``Excep
   call sends each worker its share and gathers the answers in request order.
 * :class:`RayPool` — slots spread over ``workers`` Ray actors, each hosting many envs (not one actor per env:
   verl-agent's one-actor-per-env design runs out of memory at 256+ envs). A batched call sends every actor its
-  share in one remote call and gathers the answers in request order; text policies are called by the runner once
-  per turn with the prompts from every actor. ``ray`` is imported only when this pool is built.
+  share in one remote call and gathers the answers in request order; under the lockstep schedule text policies are
+  called by the runner once per turn with the prompts from every actor. ``ray`` is imported only when this pool is built.
 
 Envs are deterministic given their seed and options, and privileged policies draw from per-slot generators seeded by
 the runner, so every pool gives the same results. Slot ``i`` lives in worker ``i % workers`` in both multi-worker
@@ -228,8 +228,8 @@ class ProcessPool:
                     raise EOFError("pipe closed")
                 answers = self._conns[w].recv()
             except (EOFError, OSError) as e:
-                answers = [SlotResult(error=error_record(RuntimeError(f"worker {w} died: {e!r}"), op))
-                           for _ in items]
+                answers = [SlotResult(error=error_record(RuntimeError(f"worker {w} died: {e!r}"), _stage(op, r)))
+                           for _, r in items]
             for (pos, _), ans in zip(items, answers):
                 out[pos] = ans
         return out  # type: ignore[return-value]
@@ -356,8 +356,8 @@ class RayPool:
             try:
                 answers = self._ray.get(ref)
             except Exception as e:  # noqa: BLE001 - a dead actor marks its episodes, it does not kill the run
-                answers = [SlotResult(error=error_record(RuntimeError(f"Ray env worker {w} failed: {e!r}"), op))
-                           for _ in items]
+                answers = [SlotResult(error=error_record(RuntimeError(f"Ray env worker {w} failed: {e!r}"),
+                                                         _stage(op, r))) for _, r in items]
             for (pos, _), ans in zip(items, answers):
                 out[pos] = ans
         return out  # type: ignore[return-value]

@@ -265,13 +265,9 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds, stats=No
     with_contexts = not isinstance(policy, EnvPolicy) and takes_contexts(policy)
     while active:
         if isinstance(policy, EnvPolicy):
-            results = pool.call("act", [(t.traj_id, policy) for t in active])
-            responses = {}
-            for t, res in zip(active, results):
-                if res.error is not None:
-                    t.error = res.error
-                else:
-                    responses[t.traj_id] = res.value
+            # The privileged policy acts next to its env, in the same pool call as the step (one round trip).
+            sent = [(t, None) for t in active]
+            steps = pool.call("act_step", [(t.traj_id, policy) for t in active])
         else:
             contexts = [PromptContext(t.task_id, t.seed, t.member, len(t.turns), (*pseeds[t.group_id], t.member))
                         for t in active] if with_contexts else None
@@ -282,13 +278,13 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds, stats=No
                 stats.requests = 0
                 for r in responses.values():
                     stats.answer(r)
-        for t in active:
-            if t.error is not None:
-                _finish(t, on_trajectory)
-        active = [t for t in active if t.error is None]
-        # Plain str over the wire: a PolicyResponse's usage stays here, in the turn record.
-        sent = [(t, responses[t.traj_id]) for t in active]
-        steps = pool.call("step", [(t.traj_id, r if type(r) is str else str(r)) for t, r in sent])
+            for t in active:
+                if t.error is not None:
+                    _finish(t, on_trajectory)
+            active = [t for t in active if t.error is None]
+            # Plain str over the wire: a PolicyResponse's usage stays here, in the turn record.
+            sent = [(t, responses[t.traj_id]) for t in active]
+            steps = pool.call("step", [(t.traj_id, r if type(r) is str else str(r)) for t, r in sent])
         still = []
         for (t, resp), res in zip(sent, steps):
             if res.error is not None:
@@ -296,7 +292,11 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds, stats=No
                 _finish(t, on_trajectory)
                 continue
             tid = t.traj_id
-            obs, reward, terminated, truncated, info, next_prompt = res.value
+            if resp is None:  # act_step: the response comes first
+                resp, *value = res.value
+                obs, reward, terminated, truncated, info, next_prompt = value
+            else:
+                obs, reward, terminated, truncated, info, next_prompt = res.value
             t.turns.append(TurnRecord(len(t.turns), prompts[tid], int(last_info[tid]["obs_hash"]),
                                       resp if type(resp) is str else str(resp), obs, reward, terminated, truncated,
                                       info, getattr(resp, "usage", None)))
