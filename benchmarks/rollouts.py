@@ -535,6 +535,167 @@ def section_http(args) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# async: lockstep vs episode-asynchronous evals against a real local OpenAI-compatible server
+# ---------------------------------------------------------------------------------------------------------------
+def _start_latency_server(sigma: float, cap: int, seed: int, lifetime_s: float):
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, str(_HERE / "latency_server.py"), "--sigma", str(sigma), "--cap",
+                             str(cap), "--seed", str(seed), "--lifetime-s", str(lifetime_s)],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    if not line.isdigit():
+        proc.kill()
+        raise RuntimeError("the latency server did not start (pip install 'agentgym[bench]')")
+    base = f"http://127.0.0.1:{line}"
+    deadline = time.monotonic() + 30
+    while True:  # bounded: uvicorn needs a moment after binding
+        try:
+            _http_json(base + "/stats")
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.1)
+    return proc, base
+
+
+def _http_json(url: str, data: bytes | None = None) -> dict:
+    import json
+    import urllib.request
+
+    from agentgym.net import urlopen
+
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    with urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def _episode_keys(row: dict, base_seed: int) -> list[str]:
+    """The per-request seeds (the server's latency keys) of one results row: what the openai: policy derives from the
+    episode (task, seed, trial) and the turn (agentgym.rollout.policy.request_seeds)."""
+    from agentgym.hashing import stable_digest
+    from agentgym.rollout.policy import PromptContext, request_seeds
+
+    t, s, k = str(row["task_id"]), int(row["seed"]), int(row["trial"])
+    ctxs = [PromptContext(t, s, 0, turn, (s, stable_digest(t), k, 0)) for turn in range(int(row["turns"]))]
+    return [str(x) for x in request_seeds(base_seed, ["-"] * len(ctxs), ctxs)]
+
+
+def _async_eval(base: str, n: int, schedule: str, max_turns: int, tmp: Path, base_seed: int) -> dict:
+    """One `agentgym eval` (run_grid, in this process) of n TextCraft adapt-test episodes against the server."""
+    from agentgym.eval.grid import EvalGrid, run_grid
+    from agentgym.eval.results import ResultsFile
+    from agentgym.rollout.openai_policy import OpenAIConfig, OpenAIPolicy
+
+    n_tasks, trials = (n, 1) if n <= 200 else (n // 2, 2)
+    grid = EvalGrid("TextCraft-v0", "adapt-test", episodes=n_tasks, trials=trials, max_turns=max_turns, chunk=n,
+                    schedule=schedule)
+    out = tmp / f"{schedule}-{n}-{time.monotonic_ns()}.jsonl"
+    policy = OpenAIPolicy(OpenAIConfig(model="bench", base_url=base + "/v1", concurrency=n, seed=base_seed,
+                                       timeout_s=120, max_retries=2))
+    _http_json(base + "/reset", b"{}")
+    cpu_server0 = _http_json(base + "/stats")["cpu_s"]
+    c0, t0 = time.process_time(), time.perf_counter()
+    try:
+        run_grid(grid, policy, str(out), policy_name="openai:bench")
+    finally:
+        policy.close()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    stats = _http_json(base + "/stats")
+    rows = ResultsFile(out).read()
+    return {"rows": rows, "wall": wall, "cpu": cpu, "server": stats, "server_cpu": stats["cpu_s"] - cpu_server0}
+
+
+def _bounds(rows: list[dict], served: list, base_seed: int, cap: int) -> dict:
+    drawn: dict[str, float] = {}
+    dup = 0
+    for key, latency, _, _ in served:
+        dup += key in drawn
+        drawn[key] = latency
+    per_episode, per_turn, missing = [], {}, 0
+    for r in rows:
+        lat = []
+        for turn, key in enumerate(_episode_keys(r, base_seed)):
+            if key not in drawn:
+                missing += 1
+                continue
+            lat.append(drawn[key])
+            per_turn[turn] = max(per_turn.get(turn, 0.0), drawn[key])
+        per_episode.append(sum(lat))
+    total = sum(drawn.values())
+    episode_bound = max(per_episode) if per_episode else 0.0
+    capacity = total / cap if cap else 0.0
+    ends = sorted(e for _, _, _, e in served)
+    peak, j = 0, 0
+    for i, e in enumerate(ends):  # most answers in any 1-second window
+        while ends[j] < e - 1.0:
+            j += 1
+        peak = max(peak, i - j + 1)
+    return {"async": max(episode_bound, capacity), "episode": episode_bound, "capacity": capacity,
+            "lockstep": sum(per_turn.values()), "requests": len(served), "dup_requests": dup,
+            "missing": missing, "peak_rps": peak}
+
+
+def section_async(args) -> list[str]:
+    import os
+    import tempfile
+
+    base_seed = 1234
+    sizes = [int(x) for x in args.async_episodes.split(",")]
+    sigmas = [float(x) for x in args.async_sigmas.split(",")]
+    configs = [(n, sg, 0) for sg in sigmas for n in sizes]
+    if args.async_cap:
+        configs.append((max(sizes), max(sigmas), args.async_cap))
+    out = [f"### Lockstep vs episode-asynchronous eval against a local OpenAI-compatible server (TextCraft "
+           f"adapt-test, --max-turns {args.async_turns}, mean latency 200 ms, lognormal)", "",
+           "Each row is one `run_grid` (what `agentgym eval` runs) in this process against "
+           "`benchmarks/latency_server.py` (uvicorn, its own process) on 127.0.0.1, `--concurrency` = episodes = "
+           "episodes in flight. The server draws each request's latency from its per-request seed, so both schedules "
+           "get the same latencies. Bound: from the latencies the server drew, max over episodes of the episode's "
+           "summed latency (with a server cap: at least the summed latency / cap); lockstep bound: the sum over "
+           "turns of the slowest answer of the turn. Target: async wall within 0.9 of the bound at 64 episodes, "
+           "0.8 at 256. Client CPU: this process (runner, env, HTTP client) per request; server CPU likewise.", "",
+           "| episodes | sigma | server cap | schedule | wall (s) | bound (s) | bound / wall | lockstep bound (s) "
+           "| requests | req/s mean / peak 1 s | client CPU / request (ms) | server CPU / request (ms) "
+           "| lost / duplicated episodes | target |",
+           "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        for n, sigma, cap in configs:
+            proc, base = _start_latency_server(sigma, cap, seed=7, lifetime_s=1800)
+            try:
+                _async_eval(base, 8, "async", 2, tmp, base_seed)  # warm: imports, the TextCraft graph, sockets
+                for schedule in ("lockstep", "async"):
+                    res = _async_eval(base, n, schedule, args.async_turns, tmp, base_seed)
+                    b = _bounds(res["rows"], res["server"]["requests"], base_seed, cap)
+                    keys = [(r["task_id"], r["seed"], r["trial"]) for r in res["rows"]]
+                    errors = sum(r.get("error") is not None for r in res["rows"])
+                    lost, dup = n - len(set(keys)) + errors, len(keys) - len(set(keys))
+                    bound = b["async"] if schedule == "async" else b["lockstep"]
+                    ratio = bound / res["wall"]
+                    goal = 0.9 if n <= 64 else 0.8
+                    target = (f"{'met' if ratio >= goal and not lost and not dup else 'MISSED'} (>= {goal})"
+                              if schedule == "async" else "")
+                    reqs = b["requests"]
+                    out.append(f"| {n} | {sigma} | {cap or '-'} | {schedule} | {res['wall']:.2f} | {bound:.2f} "
+                               f"| {ratio:.2f} | {b['lockstep']:.2f} | {reqs} "
+                               f"| {reqs / res['wall']:,.0f} / {b['peak_rps']:,} | {1e3 * res['cpu'] / reqs:.2f} "
+                               f"| {1e3 * res['server_cpu'] / reqs:.2f} | {lost} / {dup} | {target} |")
+                    print(out[-1], file=sys.stderr, flush=True)
+                    if b["missing"] or b["dup_requests"]:
+                        out.append(f"| (requests not found on the server: {b['missing']}; served twice: "
+                                   f"{b['dup_requests']}) |||||||||||||")
+            finally:
+                proc.kill()
+                proc.wait(timeout=30)
+    out.append("")
+    out.append(f"Load average at the end of this section: {', '.join(f'{x:.1f}' for x in os.getloadavg())}.")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
 def section_port(args) -> list[str]:
     ours_r, ours_s, ours_d = bench_ours(args.resets, args.steps)
     rows = [("agentgym TextCraft-v0", ours_r, ours_s)]
@@ -567,7 +728,7 @@ def section_port(args) -> list[str]:
 
 
 SECTIONS = {"port": section_port, "envs": section_envs, "overhead": section_overhead, "scaling": section_scaling,
-            "http": section_http}
+            "http": section_http, "async": section_async}
 
 
 def main(argv=None) -> int:
@@ -592,11 +753,17 @@ def main(argv=None) -> int:
     ap.add_argument("--http-envs", type=int, default=4)
     ap.add_argument("--http-episodes", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--async-episodes", default="64,256", help="async section: episode counts")
+    ap.add_argument("--async-sigmas", default="0.5,1.0", help="async section: lognormal shapes of the latency")
+    ap.add_argument("--async-cap", type=int, default=64, help="async section: one more row with the server capped "
+                                                              "at this many requests at once (0: none)")
+    ap.add_argument("--async-turns", type=int, default=10)
     args = ap.parse_args(argv)
     if args.quick:
         args.resets, args.port_resets, args.steps, args.port_steps = 60, 3, 2000, 200
         args.env_budget, args.env_steps, args.overhead_episodes, args.scaling_episodes = 1.0, 2000, 40, 32
         args.http_episodes, args.repeats, args.max_workers = 20, 2, min(args.max_workers, 2)
+        args.async_episodes, args.async_sigmas, args.async_cap, args.async_turns = "16", "1.0", 0, 4
     chosen = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SECTIONS]
     if unknown:

@@ -22,7 +22,9 @@ How each party is driven:
   that worker (:meth:`~agentgym.rollout.backends.ProcessPool.call_lane`).
 
 The results are those of the lockstep schedule (same trajectories, turn records, errors, batch); only the order in
-which ``on_trajectory`` sees the episodes, the per-request latencies and ``wall_s`` differ.
+which ``on_trajectory`` sees the episodes, the per-request latencies and ``wall_s`` differ. ``on_trajectory`` runs on
+one helper thread, one call at a time, in the order the episodes finish (writing a results row and fsync-ing it takes
+milliseconds, which must not stall the loop); an exception from it stops the run.
 """
 
 from __future__ import annotations
@@ -158,6 +160,8 @@ class _Engine:
             self._lane_threads = ThreadPoolExecutor(pool.lanes, thread_name_prefix="agentgym-lane")
         self._lanes: list[DynamicBatcher] = []
         self._batcher: DynamicBatcher | None = None
+        self._results_thread = ThreadPoolExecutor(1, thread_name_prefix="agentgym-results") \
+            if on_trajectory is not None else None
 
     # -- env calls ---------------------------------------------------------------------------------------------
     async def env(self, op: str, slot: int, *args):
@@ -270,7 +274,11 @@ class _Engine:
             await self._play(t, slot)
         finally:
             slots.put_nowait(slot)
-        finish_trajectory(t, self.on_trajectory, self.stats, started)
+        finish_trajectory(t, None, self.stats, started)
+        if self.on_trajectory is not None:
+            # On the results thread, one at a time: appending and fsync-ing a results row takes milliseconds, which
+            # would stall every other episode if it ran on the loop.
+            await asyncio.get_running_loop().run_in_executor(self._results_thread, self.on_trajectory, t)
 
     async def _play(self, t: Trajectory, slot: int) -> None:
         inline, call_now, env = self.inline, getattr(self.pool, "call_one", None), self.env
@@ -313,7 +321,8 @@ class _Engine:
     def shutdown(self) -> None:
         # Env calls are short (and a process-pool pipe must not be in use when the pool closes): wait for them. A
         # batched policy may be mid-generation: let it finish on its own.
-        for ex, wait in ((self._env_threads, True), (self._lane_threads, True), (self._policy_thread, False)):
+        for ex, wait in ((self._env_threads, True), (self._lane_threads, True), (self._results_thread, True),
+                         (self._policy_thread, False)):
             if ex is not None:
                 ex.shutdown(wait=wait, cancel_futures=True)
 

@@ -171,8 +171,10 @@ def collect_groups(env_id: str, tasks: Sequence[Any], group_size: int, policy: P
         pool: an open pool (from :func:`make_pool`, built with :func:`env_factory`), reused and left open
             (``backend``/``workers`` are then ignored). Lockstep needs a slot per episode (``len(tasks) *
             group_size``); async plays any number of episodes, at most ``pool.size`` at once.
-        on_trajectory: called with each trajectory as soon as it finishes (for append-as-you-go results files), in
-            the runner's thread.
+        on_trajectory: called with each trajectory as soon as it finishes (for append-as-you-go results files), one
+            call at a time; lockstep calls it in the caller's thread, async on one helper thread (a slow disk must
+            not stall the event loop), so it must not rely on thread-bound objects (e.g. an sqlite connection made in
+            another thread). An exception from it stops the run.
         schedule: ``"lockstep"`` or ``"async"`` (see the module doc); default :func:`default_schedule`.
         max_active: async only: the most episodes in flight at once (default: every episode, or the pool's size);
             a finished episode's env slot takes the next episode.

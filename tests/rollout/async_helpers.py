@@ -67,6 +67,7 @@ class BlockingTextCraft(TextCraftEnv):
     loop keeps serving the policy. The wait is bounded, so a wrong runner fails the episode instead of hanging."""
 
     slow_steps = True
+    WAITING = threading.Event()  # set when the blocking step has started waiting
     RELEASE = threading.Event()
     active = 0
     max_active = 0
@@ -83,6 +84,7 @@ class BlockingTextCraft(TextCraftEnv):
             cls.max_active = max(cls.max_active, cls.active)
         try:
             if self.task is not None and self.task.task_id == self.block_task and self.turn == 0:
+                cls.WAITING.set()
                 if not cls.RELEASE.wait(timeout=20):
                     raise TimeoutError("no other episode's model request arrived while this step was running")
             return super().step(action)

@@ -108,21 +108,26 @@ def test_eval_grid_async_equals_lockstep_with_trials_seeds_and_resume(tmp_path):
 
 
 def test_slow_env_steps_run_off_the_loop_and_overlap_with_model_calls():
-    """Task gen-d1-0's first step blocks until another episode's turn-1 model request arrives: that can only happen
-    when the step runs on a thread while the loop keeps serving the other episodes."""
+    """Task gen-d1-0's first step blocks until another episode's turn-1 model request arrives, and that request
+    waits until the step is blocking: both can only happen when the step runs on a thread while the loop keeps
+    serving the other episodes (inline, the step would time out and fail its episode)."""
     BlockingTextCraft.RELEASE.clear()
-    BlockingTextCraft.max_active = 0
+    BlockingTextCraft.WAITING.clear()
 
     class Releasing(AsyncDigestPolicy):
         async def agenerate(self, prompt, context=None):
             if context.task_id != "gen-d1-0" and context.turn >= 1:
+                for _ in range(2000):  # bounded: 20 s
+                    if BlockingTextCraft.WAITING.is_set():
+                        break
+                    await asyncio.sleep(0.01)
                 BlockingTextCraft.RELEASE.set()
             return await super().agenerate(prompt, context)
 
     res = collect_groups("async_helpers:BlockingTextCraft-v0", ["gen-d1-0", "gen-d1-1", "gen-d1-2"], 1, Releasing(),
                          env_kwargs={"block_task": "gen-d1-0"}, max_turns=3, schedule="async")
     assert not res.errors, res.errors[0].error
-    assert BlockingTextCraft.max_active >= 2  # two episodes' env steps in progress at once
+    assert BlockingTextCraft.WAITING.is_set()  # the step did block, and the loop went on meanwhile
     # And the results are still lockstep's (the blocking env does not block without another episode's request:
     # lockstep would dead-lock, so compare with a plain TextCraft run of the same episodes).
     ref = collect_groups("TextCraft-v0", ["gen-d1-0", "gen-d1-1", "gen-d1-2"], 1, AsyncDigestPolicy(),
