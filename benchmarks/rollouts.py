@@ -1,6 +1,6 @@
 """Rollout performance: env speed, runner overhead, backend scaling, HTTP-server-per-env cost.
 
-    python benchmarks/rollouts.py [--only port,envs,overhead,scaling,http] [--quick] [--write benchmarks/RESULTS_rollouts.md]
+    python benchmarks/rollouts.py [--only port,envs,overhead,scaling,http,async] [--quick] [--write FILE]
 
 Sections (each a markdown table; references are measured in the same run):
 
@@ -11,11 +11,16 @@ Sections (each a markdown table; references are measured in the same run):
   are faster).
 * ``envs`` — steps/s of every registered env in-process on its default split (random policy; only ``env.step``
   timed), and reset latency.
-* ``overhead`` — the group runner (sequential backend) against a bare loop doing the same env work (reset, the
-  privileged policy's act, step, prompt rendering) on the same episodes: overhead = runner / bare - 1
-  (target < 10%).
+* ``overhead`` — the group runner (sequential backend), lockstep and async, against a bare loop doing the same env
+  work (reset, the privileged policy's act, step, prompt rendering) on the same episodes in the runner's order:
+  overhead = runner / bare - 1 (target < 10%).
 * ``scaling`` — steps/s of the process-pool and Ray backends with 1..N workers (pool started once and warmed; the
   timed call reuses it), against the sequential backend.
+* ``async`` — the same `agentgym eval` (TextCraft adapt-test, an ``openai:`` policy) lockstep and episode-asynchronous
+  against a real OpenAI-compatible server on 127.0.0.1 (``latency_server.py``: uvicorn, seeded lognormal latencies,
+  optional cap on requests served at once), at 64 and 256 episodes and two latency spreads, next to the bound computed
+  from the latencies the server drew; client and server CPU per request; lost or duplicated episodes. Needs
+  ``pip install -e ".[openai,bench]"``.
 * ``http`` — the HTTP-server-per-env architecture (each env behind a minimal HTTP/1.1 keep-alive server process on
   127.0.0.1, one request per step returning observation, reward, flags and the next prompt) against in-process
   stepping of the same action sequences.
@@ -638,6 +643,42 @@ def _bounds(rows: list[dict], served: list, base_seed: int, cap: int) -> dict:
             "missing": missing, "peak_rps": peak}
 
 
+def _client_cpu(base: str, client: str, n: int, inflight: int) -> tuple[float, float]:
+    """(wall, client CPU per request) of ``n`` chat requests, ``inflight`` at once, through one pooled client."""
+    import asyncio
+    import json
+
+    url = base + "/v1/chat/completions"
+    prompt = "x" * 2000  # about a TextCraft prompt
+
+    def body(i):
+        return json.dumps({"model": "bench", "messages": [{"role": "user", "content": prompt}], "seed": i}).encode()
+
+    async def run():
+        slots = asyncio.Semaphore(inflight)
+        if client == "aiohttp":
+            import aiohttp
+
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=inflight)) as s:
+                async def one(i):
+                    async with slots, s.post(url, data=body(i)) as r:
+                        return json.loads(await r.read())
+                await asyncio.gather(*(one(i) for i in range(n)))
+        else:
+            import httpx
+
+            limits = httpx.Limits(max_connections=inflight, max_keepalive_connections=inflight)
+            async with httpx.AsyncClient(limits=limits, trust_env=False, timeout=httpx.Timeout(120, pool=None)) as c:
+                async def one(i):
+                    async with slots:
+                        return json.loads((await c.post(url, content=body(i))).content)
+                await asyncio.gather(*(one(i) for i in range(n)))
+
+    c0, t0 = time.process_time(), time.perf_counter()
+    asyncio.run(run())
+    return time.perf_counter() - t0, (time.process_time() - c0) / n
+
+
 def section_async(args) -> list[str]:
     import os
     import tempfile
@@ -690,6 +731,24 @@ def section_async(args) -> list[str]:
             finally:
                 proc.kill()
                 proc.wait(timeout=30)
+    if args.async_clients:
+        n_req, inflight = args.async_clients, max(sizes)
+        out += ["", f"#### The HTTP client alone: {n_req} requests, {inflight} in flight, same server (sigma 0.5, no cap)",
+                "", "| client | wall (s) | client CPU / request (ms) |", "|---|---:|---:|"]
+        proc, base = _start_latency_server(0.5, 0, seed=7, lifetime_s=900)
+        try:
+            for client in ("aiohttp", "httpx"):
+                if importlib.util.find_spec(client) is None:
+                    out.append(f"| {client} | not installed ||")
+                    continue
+                wall, cpu = _client_cpu(base, client, n_req, inflight)
+                name = {"aiohttp": "aiohttp.ClientSession (what openai: uses)",
+                        "httpx": "httpx.AsyncClient (one pool)"}[client]
+                out.append(f"| {name} | {wall:.2f} | {1e3 * cpu:.2f} |")
+                print(out[-1], file=sys.stderr, flush=True)
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
     out.append("")
     out.append(f"Load average at the end of this section: {', '.join(f'{x:.1f}' for x in os.getloadavg())}.")
     return out
@@ -758,12 +817,15 @@ def main(argv=None) -> int:
     ap.add_argument("--async-cap", type=int, default=64, help="async section: one more row with the server capped "
                                                               "at this many requests at once (0: none)")
     ap.add_argument("--async-turns", type=int, default=10)
+    ap.add_argument("--async-clients", type=int, default=1024, help="async section: requests of the HTTP-client "
+                                                                    "comparison (0: skip it)")
     args = ap.parse_args(argv)
     if args.quick:
         args.resets, args.port_resets, args.steps, args.port_steps = 60, 3, 2000, 200
         args.env_budget, args.env_steps, args.overhead_episodes, args.scaling_episodes = 1.0, 2000, 40, 32
         args.http_episodes, args.repeats, args.max_workers = 20, 2, min(args.max_workers, 2)
         args.async_episodes, args.async_sigmas, args.async_cap, args.async_turns = "16", "1.0", 0, 4
+        args.async_clients = 64
     chosen = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SECTIONS]
     if unknown:

@@ -6,11 +6,15 @@ chat request ``[system?, user=prompt]`` to ``POST {base_url}/chat/completions`` 
 interfaces of :mod:`.policy`: per request, ``await agenerate(prompt, context)`` (what the episode-asynchronous runner
 uses), and batched, ``policy(prompts, contexts=...)`` (the lockstep runner; answers in prompt order).
 
-Transport: with ``httpx`` installed (``pip install 'agentgym[openai]'``), one pooled keep-alive ``httpx.AsyncClient``
-per event loop, at most ``concurrency`` requests in flight (and as many connections, kept open between requests);
-the batched call runs the same client on a private event-loop thread. Without it, each request is a stdlib
-``urllib`` request on one of ``concurrency`` threads (a new connection per request). Either way a loopback endpoint
-is reached directly, never through ``http_proxy`` (:mod:`agentgym.net`; httpx would honour the proxy variables).
+Transport: with ``aiohttp`` installed (``pip install 'agentgym[openai]'``), one pooled keep-alive
+``aiohttp.ClientSession`` per event loop, at most ``concurrency`` requests in flight (and as many connections, kept
+open between requests); the batched call runs the same client on a private event-loop thread. Without it, each
+request is a stdlib ``urllib`` request on one of ``concurrency`` threads (a new connection per request). Either way a
+loopback endpoint is reached directly, never through ``http_proxy`` (:mod:`agentgym.net`); other hosts follow the
+proxy variables. (Why not httpx: its connection pool scans every connection for every request; with 256 requests in
+flight, ``benchmarks/rollouts.py --only async`` measures several ms of client CPU per request for one
+``httpx.AsyncClient`` against a few tenths of a ms for aiohttp, which decides whether one process can drive a server
+at ~1,300 requests/s.)
 
 Failures: 429, 5xx, timeouts and dropped connections are retried up to ``max_retries`` times with exponential
 backoff (``Retry-After`` honoured, capped at ``backoff_max``). Other HTTP errors (400, 401, 404...), unreadable
@@ -114,7 +118,7 @@ class OpenAIConfig:
     max_retries: int = 4
     backoff_s: float = 0.5
     backoff_max_s: float = 8.0
-    transport: str = "auto"  # auto (httpx when installed, else urllib) | httpx | urllib
+    transport: str = "auto"  # auto (aiohttp when installed, else urllib) | aiohttp | urllib
 
     def __post_init__(self):
         if not self.model:
@@ -125,8 +129,8 @@ class OpenAIConfig:
             raise PolicyError(f"max_retries must be >= 0, got {self.max_retries}")
         if not self.base_url.startswith(("http://", "https://")):
             raise PolicyError(f"base_url must start with http:// or https://, got {self.base_url!r}")
-        if self.transport not in ("auto", "httpx", "urllib"):
-            raise PolicyError(f"transport must be auto, httpx or urllib, got {self.transport!r}")
+        if self.transport not in ("auto", "aiohttp", "urllib"):
+            raise PolicyError(f"transport must be auto, aiohttp or urllib, got {self.transport!r}")
         if self.extra_body.get("stream"):
             raise PolicyError("streaming responses are not supported (extra_body sets stream); the policy needs "
                               "the whole answer and its usage in one JSON body")
@@ -138,8 +142,8 @@ class _Retryable(Exception):
         self.status, self.retry_after = status, retry_after
 
 
-def httpx_available() -> bool:
-    return importlib.util.find_spec("httpx") is not None
+def aiohttp_available() -> bool:
+    return importlib.util.find_spec("aiohttp") is not None
 
 
 class _LoopClient:
@@ -159,9 +163,9 @@ class OpenAIPolicy:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self.name = f"openai:{config.model}"
-        if config.transport == "httpx" and not httpx_available():
-            raise MissingDependencyError("httpx", "openai", "the pooled openai: client")
-        self.transport = "urllib" if config.transport == "urllib" or not httpx_available() else "httpx"
+        if config.transport == "aiohttp" and not aiohttp_available():
+            raise MissingDependencyError("aiohttp", "openai", "the pooled openai: client")
+        self.transport = "urllib" if config.transport == "urllib" or not aiohttp_available() else "aiohttp"
         self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> _LoopClient
         self._bg: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None  # for the batched call
         self.in_flight = 0  # requests sent and not answered (all loops)
@@ -175,7 +179,7 @@ class OpenAIPolicy:
             return []
         seeds = request_seeds(self.config.seed, prompts, contexts) if self.config.seed is not None else \
             [None] * len(prompts)
-        if self.transport == "httpx":
+        if self.transport == "aiohttp":
             return asyncio.run_coroutine_threadsafe(self._agather(prompts, seeds), self._background_loop()).result()
         if len(prompts) == 1 or self.config.concurrency == 1:
             return [self._complete(p, s) for p, s in zip(prompts, seeds)]
@@ -192,7 +196,7 @@ class OpenAIPolicy:
         seed = None
         if self.config.seed is not None:
             seed = request_seeds(self.config.seed, [prompt], None if context is None else [context])[0]
-        if self.transport == "httpx":
+        if self.transport == "aiohttp":
             return await self._acomplete(prompt, seed)
         return await asyncio.get_running_loop().run_in_executor(self._threads(), self._complete, prompt, seed)
 
@@ -200,7 +204,7 @@ class OpenAIPolicy:
         """Close the connection pool of the running event loop (the async runner awaits this at the end of a run)."""
         state = self._clients.pop(asyncio.get_running_loop(), None)
         if state is not None:
-            await state.client.aclose()
+            await state.client.close()
 
     def close(self) -> None:
         """Close the thread pool and the batched call's event loop (and its connections)."""
@@ -294,18 +298,17 @@ class OpenAIPolicy:
         loop = asyncio.get_running_loop()
         state = self._clients.get(loop)
         if state is None:
-            import httpx
+            import aiohttp
 
             c = self.config
-            client = httpx.AsyncClient(
-                limits=httpx.Limits(max_connections=c.concurrency, max_keepalive_connections=c.concurrency),
-                # pool=None: a request waits for a free connection without a deadline (the semaphore queues them;
-                # the attempt's own deadline starts once it is sent).
-                timeout=httpx.Timeout(c.timeout_s, pool=None),
-                # httpx reads http_proxy & co. from the environment; a loopback endpoint never goes through a proxy.
-                trust_env=not is_loopback_url(self.url),
-                headers=self._headers(), follow_redirects=False)
-            state = self._clients[loop] = _LoopClient(client, c.concurrency)
+            # limit: the most connections open at once (kept alive between requests); the semaphore caps requests in
+            # flight at the same number. trust_env: aiohttp reads http_proxy & co. only when asked; a loopback endpoint
+            # never goes through a proxy.
+            session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=c.concurrency, limit_per_host=0, keepalive_timeout=60),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=c.timeout_s, sock_read=c.timeout_s),
+                trust_env=not is_loopback_url(self.url), headers=self._headers())
+            state = self._clients[loop] = _LoopClient(session, c.concurrency)
         return state
 
     async def _acomplete(self, prompt: str, seed: int | None = None):
@@ -346,21 +349,21 @@ class OpenAIPolicy:
                                   status=last.status, attempts=c.max_retries + 1,
                                   latency_s=time.perf_counter() - t_start)
 
-    async def _apost(self, client, data: bytes) -> dict:
-        import httpx
+    async def _apost(self, session, data: bytes) -> dict:
+        import aiohttp
 
         try:
-            resp = await client.post(self.url, content=data)
-        except httpx.TimeoutException as e:
+            async with session.post(self.url, data=data, allow_redirects=False) as resp:
+                status, raw, headers = resp.status, await resp.read(), resp.headers
+        except (asyncio.TimeoutError, TimeoutError) as e:
             raise _Retryable(f"timed out after {self.config.timeout_s}s ({type(e).__name__})") from None
-        except httpx.TransportError as e:  # refused, reset, closed mid-answer
+        except aiohttp.ClientError as e:  # refused, reset, closed mid-answer
             raise _Retryable(f"connection failed: {type(e).__name__}: {e}") from None
-        status, raw = resp.status_code, resp.content
         if not 200 <= status < 300:
             body = raw[:300].decode("utf-8", "replace").strip()
             detail = f": {body}" if body else ""
             if status in RETRYABLE_STATUS:
-                raise _Retryable(f"HTTP {status}{detail}", status, _retry_after(resp.headers))
+                raise _Retryable(f"HTTP {status}{detail}", status, _retry_after(headers))
             raise PolicyRequestError(f"{self.url}: HTTP {status}{detail} (not retried)", status=status)
         try:
             return json.loads(raw)

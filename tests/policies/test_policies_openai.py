@@ -40,7 +40,7 @@ def oracle_script(task_ids, split="gen-depth1", seed=0):
     return by_task
 
 
-@pytest.mark.parametrize("transport, call", [("httpx", "batch"), ("httpx", "agenerate"), ("urllib", "batch"),
+@pytest.mark.parametrize("transport, call", [("aiohttp", "batch"), ("aiohttp", "agenerate"), ("urllib", "batch"),
                                              ("urllib", "agenerate")])
 def test_retries_429_500_and_timeouts_then_answers(transport, call):
     script = {0: 429, 1: 500, 2: "sleep"}
@@ -116,10 +116,10 @@ def test_request_carries_prompt_contract_sampling_and_auth(monkeypatch):
     assert body["seed"] != 3 and again["body"]["seed"] == body["seed"]
 
 
-@pytest.mark.parametrize("transport", ["httpx", "urllib"])
+@pytest.mark.parametrize("transport", ["aiohttp", "urllib"])
 def test_loopback_endpoints_never_go_through_a_proxy(monkeypatch, transport):
-    """urllib and httpx would send 127.0.0.1 requests to $http_proxy (here a closed port on 127.0.0.1): the policy
-    goes direct, batched and per request."""
+    """urllib and aiohttp (trust_env) would send 127.0.0.1 requests to $http_proxy (here a closed port on 127.0.0.1):
+    the policy goes direct, batched and per request."""
     import urllib.error
     import urllib.request
 
@@ -132,11 +132,16 @@ def test_loopback_endpoints_never_go_through_a_proxy(monkeypatch, transport):
     with ScriptedServer() as srv:
         with pytest.raises(urllib.error.URLError):  # what plain urllib does with this environment
             urllib.request.urlopen(urllib.request.Request(srv.base_url + "/chat/completions", data=b"{}"), timeout=5)
-        if transport == "httpx":
-            import httpx
+        if transport == "aiohttp":
+            import aiohttp
 
-            with pytest.raises((httpx.ProxyError, httpx.ConnectError)):  # plain httpx goes to the dead proxy
-                httpx.post(srv.base_url + "/chat/completions", content=b"{}", timeout=5)
+            async def through_env_proxy():
+                async with aiohttp.ClientSession(trust_env=True) as s:
+                    async with s.post(srv.base_url + "/chat/completions", data=b"{}") as r:
+                        return r.status
+
+            with pytest.raises(aiohttp.ClientError):  # aiohttp honouring the environment goes to the dead proxy
+                asyncio.run(through_env_proxy())
         pol = policy(srv, transport=transport)
         out = pol(["hello"])
         out += asyncio.run(pol.agenerate("hello again")),
