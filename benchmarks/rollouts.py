@@ -302,11 +302,13 @@ def section_overhead(args) -> list[str]:
               "TextCraft gen-depth2, text policy (dynamic batches)")]
     if args.quick:
         cases = cases[:2]
+    if args.overhead_cases == "oracle":
+        cases = cases[:2]
     # The same runner on envs whose steps cost more than TextCraft's (the cheapest env): its fixed per-turn cost
     # is then a smaller fraction. Task ids of the split, cycled to ``n`` episodes; each env's default turn cap.
     skipped = []
-    for env_id, split, mt in (() if args.quick else (("WebShop-v0", "test", 15), ("TauAirline-v0", "test", 50),
-                                                     ("WikiSearch-v0", "demo", 6))):
+    others = (("WebShop-v0", "test", 15), ("TauAirline-v0", "test", 50), ("WikiSearch-v0", "demo", 6))
+    for env_id, split, mt in (others if args.overhead_cases == "all" and not args.quick else ()):
         ok, why = get_entry(env_id).split_available(split)
         if not ok:
             skipped.append(f"| {env_id} {split} | skipped: {why} ||||||||||")
@@ -805,6 +807,8 @@ def main(argv=None) -> int:
     ap.add_argument("--env-budget", type=float, default=4.0, help="seconds per env in the envs section")
     ap.add_argument("--env-steps", type=int, default=20000)
     ap.add_argument("--overhead-episodes", type=int, default=200)
+    ap.add_argument("--overhead-cases", choices=("all", "textcraft", "oracle"), default="all",
+                    help="overhead section: every workload, the TextCraft ones, or the oracle under both schedules")
     ap.add_argument("--scaling-episodes", type=int, default=256)
     ap.add_argument("--max-workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--no-ray", action="store_true")

@@ -42,7 +42,6 @@ import logging
 import os
 import random
 import socket
-import sys
 import threading
 import time
 import urllib.error
@@ -306,7 +305,7 @@ class OpenAIPolicy:
             # never goes through a proxy.
             session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=c.concurrency, limit_per_host=0, keepalive_timeout=60),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=c.timeout_s, sock_read=c.timeout_s),
+                timeout=aiohttp.ClientTimeout(total=c.timeout_s),  # per attempt: connection to last byte
                 trust_env=not is_loopback_url(self.url), headers=self._headers())
             state = self._clients[loop] = _LoopClient(session, c.concurrency)
         return state
@@ -324,7 +323,7 @@ class OpenAIPolicy:
                     t0 = time.perf_counter()
                     self.in_flight += 1
                     try:
-                        payload = await _deadline(self._apost(state.client, data), c.timeout_s)
+                        payload = await self._apost(state.client, data)
                     finally:
                         self.in_flight -= 1
                     latency = time.perf_counter() - t0
@@ -424,14 +423,6 @@ class OpenAIPolicy:
             "latency_s": round(latency, 6), "total_s": round(total, 6), "attempts": attempts,
             "finish_reason": choice.get("finish_reason"),
         })
-
-
-if sys.version_info >= (3, 11):
-    async def _deadline(coro, seconds: float):
-        async with asyncio.timeout(seconds):
-            return await coro
-else:  # pragma: no cover - Python 3.10
-    _deadline = asyncio.wait_for
 
 
 def _retry_after(headers) -> float | None:
