@@ -544,11 +544,11 @@ def section_http(args) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------------
 # async: lockstep vs episode-asynchronous evals against a real local OpenAI-compatible server
 # ---------------------------------------------------------------------------------------------------------------
-def _start_latency_server(sigma: float, cap: int, seed: int, lifetime_s: float):
+def _start_latency_server(sigma: float, cap: int, seed: int, lifetime_s: float, mean: float = 0.2):
     import subprocess
 
     proc = subprocess.Popen([sys.executable, str(_HERE / "latency_server.py"), "--sigma", str(sigma), "--cap",
-                             str(cap), "--seed", str(seed), "--lifetime-s", str(lifetime_s)],
+                             str(cap), "--seed", str(seed), "--lifetime-s", str(lifetime_s), "--mean", str(mean)],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline().strip()
     if not line.isdigit():
@@ -688,9 +688,13 @@ def section_async(args) -> list[str]:
     base_seed = 1234
     sizes = [int(x) for x in args.async_episodes.split(",")]
     sigmas = [float(x) for x in args.async_sigmas.split(",")]
-    configs = [(n, sg, 0) for sg in sigmas for n in sizes]
+    configs = [(n, sg, 0, 0.2, ("lockstep", "async")) for sg in sigmas for n in sizes]
     if args.async_cap:
-        configs.append((max(sizes), max(sigmas), args.async_cap))
+        configs.append((max(sizes), max(sigmas), args.async_cap, 0.2, ("lockstep", "async")))
+    if args.async_slow_mean:
+        # The same async eval with every latency scaled up: the client then needs that much less CPU per second, so
+        # what is left of the gap to the bound is the schedule's own, not the machine's lack of CPU.
+        configs.append((max(sizes), max(sigmas), 0, args.async_slow_mean, ("async",)))
     out = [f"### Lockstep vs episode-asynchronous eval against a local OpenAI-compatible server (TextCraft "
            f"adapt-test, --max-turns {args.async_turns}, mean latency 200 ms, lognormal)", "",
            "Each row is one `run_grid` (what `agentgym eval` runs) in this process against "
@@ -699,18 +703,19 @@ def section_async(args) -> list[str]:
            "get the same latencies. Bound: from the latencies the server drew, max over episodes of the episode's "
            "summed latency (with a server cap: at least the summed latency / cap); lockstep bound: the sum over "
            "turns of the slowest answer of the turn. Target: async wall within 0.9 of the bound at 64 episodes, "
-           "0.8 at 256. Client CPU: this process (runner, env, HTTP client) per request; server CPU likewise.", "",
+           "0.8 at 256. Client CPU: this process (runner, env, HTTP client) per request, and the share of one core it "
+           "got over the wall time; server CPU likewise.", "",
            "| episodes | sigma | server cap | schedule | wall (s) | bound (s) | bound / wall | lockstep bound (s) "
-           "| requests | req/s mean / peak 1 s | client CPU / request (ms) | server CPU / request (ms) "
-           "| lost / duplicated episodes | target |",
-           "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+           "| requests | req/s mean / peak 1 s | client CPU / request (ms) | client CPU / wall "
+           "| server CPU / request (ms) | lost / duplicated episodes | target |",
+           "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
-        for n, sigma, cap in configs:
-            proc, base = _start_latency_server(sigma, cap, seed=7, lifetime_s=1800)
+        for n, sigma, cap, mean, schedules in configs:
+            proc, base = _start_latency_server(sigma, cap, seed=7, lifetime_s=1800, mean=mean)
             try:
                 _async_eval(base, 8, "async", 2, tmp, base_seed)  # warm: imports, the TextCraft graph, sockets
-                for schedule in ("lockstep", "async"):
+                for schedule in schedules:
                     res = _async_eval(base, n, schedule, args.async_turns, tmp, base_seed)
                     b = _bounds(res["rows"], res["server"]["requests"], base_seed, cap)
                     keys = [(r["task_id"], r["seed"], r["trial"]) for r in res["rows"]]
@@ -722,14 +727,18 @@ def section_async(args) -> list[str]:
                     target = (f"{'met' if ratio >= goal and not lost and not dup else 'MISSED'} (>= {goal})"
                               if schedule == "async" else "")
                     reqs = b["requests"]
-                    out.append(f"| {n} | {sigma} | {cap or '-'} | {schedule} | {res['wall']:.2f} | {bound:.2f} "
+                    label = f"{sigma}" if mean == 0.2 else f"{sigma}, mean {mean:g} s"
+                    if mean != 0.2:
+                        target = "(diagnostic)"
+                    out.append(f"| {n} | {label} | {cap or '-'} | {schedule} | {res['wall']:.2f} | {bound:.2f} "
                                f"| {ratio:.2f} | {b['lockstep']:.2f} | {reqs} "
                                f"| {reqs / res['wall']:,.0f} / {b['peak_rps']:,} | {1e3 * res['cpu'] / reqs:.2f} "
-                               f"| {1e3 * res['server_cpu'] / reqs:.2f} | {lost} / {dup} | {target} |")
+                               f"| {res['cpu'] / res['wall']:.2f} | {1e3 * res['server_cpu'] / reqs:.2f} "
+                               f"| {lost} / {dup} | {target} |")
                     print(out[-1], file=sys.stderr, flush=True)
                     if b["missing"] or b["dup_requests"]:
                         out.append(f"| (requests not found on the server: {b['missing']}; served twice: "
-                                   f"{b['dup_requests']}) |||||||||||||")
+                                   f"{b['dup_requests']}) ||||||||||||||")
             finally:
                 proc.kill()
                 proc.wait(timeout=30)
@@ -821,6 +830,9 @@ def main(argv=None) -> int:
     ap.add_argument("--async-cap", type=int, default=64, help="async section: one more row with the server capped "
                                                               "at this many requests at once (0: none)")
     ap.add_argument("--async-turns", type=int, default=10)
+    ap.add_argument("--async-slow-mean", type=float, default=1.0, help="async section: one more async row with this "
+                                                                       "mean latency (s), to tell the schedule's "
+                                                                       "loss from a lack of CPU (0: skip)")
     ap.add_argument("--async-clients", type=int, default=1024, help="async section: requests of the HTTP-client "
                                                                     "comparison (0: skip it)")
     args = ap.parse_args(argv)
@@ -829,7 +841,7 @@ def main(argv=None) -> int:
         args.env_budget, args.env_steps, args.overhead_episodes, args.scaling_episodes = 1.0, 2000, 40, 32
         args.http_episodes, args.repeats, args.max_workers = 20, 2, min(args.max_workers, 2)
         args.async_episodes, args.async_sigmas, args.async_cap, args.async_turns = "16", "1.0", 0, 4
-        args.async_clients = 64
+        args.async_clients, args.async_slow_mean = 64, 0
     chosen = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SECTIONS]
     if unknown:

@@ -121,7 +121,7 @@ def _play_chunks(grid, policy, todo, results, identity, progress, pool, env_kwar
     # Async: one runner call for every episode (the pool's slots cap the episodes in flight; nothing waits for a
     # chunk's slowest episode). Lockstep: one runner call per chunk.
     step = max(1, len(todo)) if schedule == "async" else grid.chunk
-    stats = RolloutStats(total=0)
+    stats = RolloutStats(total=len(todo))
     for start in range(0, len(todo), step):
         chunk = todo[start:start + step]
 

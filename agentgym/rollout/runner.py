@@ -206,8 +206,8 @@ def collect_groups(env_id: str, tasks: Sequence[Any], group_size: int, policy: P
         [(int(group_seeds[g]), g) for g in range(len(tasks))]
     if len(pseeds) != len(tasks):
         raise ValueError(f"policy_seeds has {len(pseeds)} entries for {len(tasks)} tasks")
-    if stats is not None:
-        stats.total += n
+    if stats is not None and not stats.total:  # a caller that plays several calls sets its own total
+        stats.total = n
     if schedule == "lockstep" and pool is not None and pool.size < n:
         raise ValueError(f"the pool has {pool.size} slots for {n} episodes (the async schedule can reuse slots)")
     size = n if schedule == "lockstep" else min(n, max_active or n)
