@@ -283,7 +283,8 @@ def _build_parser() -> argparse.ArgumentParser:
                                                                      "retry (default 0.5)")
     m.add_argument("--device", default=None, help="hf: auto | cpu | cuda | mps (default auto)")
     m.add_argument("--dtype", default=None, choices=("auto", "float32", "float16", "bfloat16"), help="hf: weights")
-    m.add_argument("--batch-size", type=int, default=None, help="hf: prompts per generate call (default 8)")
+    m.add_argument("--batch-size", type=int, default=None, help="hf: most prompts per generate call (default 8; async: "
+                                                                 "the prompts waiting, up to this many)")
     e.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="extra env kwarg (repeatable)")
     e.add_argument("--out", default="results.jsonl", help="results JSONL: appended per episode, resumed on rerun; "
                                                           "one run configuration per env split")
