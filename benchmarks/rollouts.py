@@ -744,7 +744,8 @@ def section_async(args) -> list[str]:
                 proc.wait(timeout=30)
     if args.async_clients:
         n_req, inflight = args.async_clients, max(sizes)
-        out += ["", f"#### The HTTP client alone: {n_req} requests, {inflight} in flight, same server (sigma 0.5, no cap)",
+        out += ["", f"#### The HTTP client alone: {n_req} requests, {inflight} in flight, same server (sigma 0.5, "
+                    "no cap)",
                 "", "| client | wall (s) | client CPU / request (ms) |", "|---|---:|---:|"]
         proc, base = _start_latency_server(0.5, 0, seed=7, lifetime_s=900)
         try:

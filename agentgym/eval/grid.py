@@ -3,9 +3,10 @@
 An *episode* is ``(task_id, seed, trial)``: the env resets with ``seed`` and ``options={"task_id": task_id}``; a
 privileged policy draws from a generator seeded by ``(seed, digest(task_id), trial)``. Episodes already finished in the
 results file are skipped, so a killed run resumes where it stopped; each finished episode is appended and flushed
-at once. Model policies play episode-asynchronously by default (``schedule``, see
-:mod:`agentgym.rollout.runner`): up to ``chunk`` episodes in flight, a finished episode's env slot taking the next;
-under lockstep, ``chunk`` episodes are played together per runner call. Each row records the run's identity (policy, policy options, ``max_turns``, env kwargs, and the env's own
+at once (under the async schedule, from one results thread). Model policies play episode-asynchronously by default
+(``schedule``, see :mod:`agentgym.rollout.runner`): up to ``chunk`` episodes in flight, a finished episode's env slot
+taking the next; under lockstep, ``chunk`` episodes are played together per runner call.
+Each row records the run's identity (policy, policy options, ``max_turns``, env kwargs, and the env's own
 identity fields such as TextCraft's ``rules``); resuming a file
 whose rows of this env split were made with another identity raises
 :class:`~agentgym.eval.results.ResultsMismatchError` (see :mod:`.results`).

@@ -10,7 +10,8 @@ holding either the value or an :class:`~agentgym.errors.ErrorRecord`: an ``Excep
 * :class:`RayPool` — slots spread over ``workers`` Ray actors, each hosting many envs (not one actor per env:
   verl-agent's one-actor-per-env design runs out of memory at 256+ envs). A batched call sends every actor its
   share in one remote call and gathers the answers in request order; under the lockstep schedule text policies are
-  called by the runner once per turn with the prompts from every actor. ``ray`` is imported only when this pool is built.
+  called by the runner once per turn with the prompts from every actor. ``ray`` is imported only when this pool is
+  built.
 
 Envs are deterministic given their seed and options, and privileged policies draw from per-slot generators seeded by
 the runner, so every pool gives the same results. Slot ``i`` lives in worker ``i % workers`` in both multi-worker

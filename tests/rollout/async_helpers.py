@@ -12,8 +12,8 @@ from agentgym.envs.textcraft.env import TextCraftEnv
 from agentgym.hashing import stable_digest
 from agentgym.rollout.openai_policy import PolicyResponse
 
-ACTIONS = ("<action>inventory</action>", "<action>get 1 oak logs</action>", "<action>craft 4 oak planks using 1 oak logs</action>",
-           "no action tag at all", "<action>get 2 stick</action>")
+ACTIONS = ("<action>inventory</action>", "<action>get 1 oak logs</action>",
+           "<action>craft 4 oak planks using 1 oak logs</action>", "no action tag at all", "<action>get 2 stick</action>")
 
 
 def pick(prompt: str) -> str:

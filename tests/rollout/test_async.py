@@ -25,7 +25,6 @@ from agentgym.rollout.runner import collect_groups, default_schedule
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-import async_helpers  # noqa: E402
 from async_helpers import AsyncDigestPolicy, BlockingTextCraft, digest_policy  # noqa: E402
 
 TASKS = ["gen-d2-0", "gen-d3-1", None, "gen-d2-4"]
