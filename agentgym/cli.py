@@ -3,6 +3,7 @@
     agentgym list
     agentgym eval ENV_ID --split S --policy P [--episodes N] [--seeds 3|0,5,7|0-2|5,] [--trials T] --out results.jsonl
                   [--backend sequential|process|ray [--address ADDR]] [--workers N] [--pass-k K]
+                  [--schedule lockstep|async] [--episodes-in-flight N] [--concurrency C]
                   --seeds 3 = seeds 0,1,2; pass^1..T is printed by itself when --trials T >= 2; a results file
                   made with another policy / --max-turns / --env-arg for the same split is refused (exit 2)
                   P: oracle | random | openai:MODEL [--base-url URL --api-key-env VAR ...] | hf:PATH | module:attr
@@ -89,6 +90,16 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
 def _cmd_eval(args) -> int:
     from .eval.grid import EvalGrid, run_grid
     from .eval.summary import format_table, summarize
@@ -117,13 +128,13 @@ def _cmd_eval(args) -> int:
         env_kwargs[k] = _literal(v)
     grid = EvalGrid(env_id=args.env_id, split=split, episodes=args.episodes, seeds=args.seeds, trials=args.trials,
                     env_kwargs=env_kwargs, max_turns=args.max_turns, workers=args.workers, backend=args.backend,
-                    address=args.address)
+                    address=args.address, schedule=args.schedule, chunk=args.episodes_in_flight)
     try:
         total = len(grid.episodes_list())
         bar = _progress_bar(total, f"{args.env_id}/{split}")
         try:
             rows = run_grid(grid, policy, args.out, policy_name=args.policy, policy_args=_identity_options(args),
-                            progress=bar.update, transcripts=not args.no_transcripts)
+                            progress=bar.update, monitor=bar.show, transcripts=not args.no_transcripts)
         finally:
             bar.close()
     except AgentGymError as e:  # a generated split without --episodes, a results file of another configuration
@@ -209,7 +220,26 @@ def _literal(v: str):
 class _NoBar:
     def update(self, n: int = 1) -> None: ...
 
+    def show(self, stats) -> None: ...
+
     def close(self) -> None: ...
+
+
+class _Bar:
+    """tqdm on stderr: episodes finished (with its rate and ETA), plus the runner's live counters as a postfix
+    (episodes running and failed, model requests in flight, completion tokens/s)."""
+
+    def __init__(self, bar):
+        self.bar = bar
+
+    def update(self, n: int = 1) -> None:
+        self.bar.update(n)
+
+    def show(self, stats) -> None:
+        self.bar.set_postfix(stats.postfix(), refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _progress_bar(total: int, desc: str):
@@ -217,7 +247,7 @@ def _progress_bar(total: int, desc: str):
         from tqdm import tqdm
     except ImportError:
         return _NoBar()
-    return tqdm(total=total, desc=desc, file=sys.stderr, disable=not sys.stderr.isatty() and total > 10_000)
+    return _Bar(tqdm(total=total, desc=desc, file=sys.stderr, disable=not sys.stderr.isatty() and total > 10_000))
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -243,6 +273,12 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="where the envs run (default: process when --workers > 0, else sequential)")
     e.add_argument("--address", default=None, help="Ray cluster address for --backend ray (default: start a local "
                                                    "Ray instance)")
+    e.add_argument("--schedule", choices=("lockstep", "async"), default=None,
+                   help="async: each episode moves on as soon as its own model answer arrives; lockstep: every turn "
+                        "waits for the whole batch (default: async for model policies, lockstep for oracle/random)")
+    e.add_argument("--episodes-in-flight", type=_positive_int, default=64, metavar="N",
+                   help="episodes played at once: env slots (async: a finished episode's slot takes the next; "
+                        "lockstep: episodes per batch); default 64")
     e.add_argument("--pass-k", type=int, default=0, metavar="K", help="print pass^1..K over seeds x trials "
                                                                      "(default: K = --trials when it is >= 2)")
     m = e.add_argument_group("model policies (openai:MODEL, hf:PATH)")
@@ -256,14 +292,16 @@ def _build_parser() -> argparse.ArgumentParser:
     m.add_argument("--sampling-seed", type=int, default=None, help="base sampling seed (openai:, hf:): each request's seed is derived from it, the episode and the "
                    "turn, so group members and trials differ and a resumed run repeats a full one")
     m.add_argument("--system-prompt", default=None)
-    m.add_argument("--concurrency", type=int, default=None, help="concurrent requests (openai:, default 8)")
+    m.add_argument("--concurrency", type=int, default=None, help="requests in flight to the server (openai:, "
+                                                                   "default 64)")
     m.add_argument("--request-timeout", type=float, default=None, help="seconds per request attempt (default 120)")
     m.add_argument("--max-retries", type=int, default=None, help="retries on 429/5xx/timeouts (default 4)")
     m.add_argument("--retry-backoff", type=float, default=None, help="first retry delay in seconds, doubled per "
                                                                      "retry (default 0.5)")
     m.add_argument("--device", default=None, help="hf: auto | cpu | cuda | mps (default auto)")
     m.add_argument("--dtype", default=None, choices=("auto", "float32", "float16", "bfloat16"), help="hf: weights")
-    m.add_argument("--batch-size", type=int, default=None, help="hf: prompts per generate call (default 8)")
+    m.add_argument("--batch-size", type=int, default=None, help="hf: most prompts per generate call (default 8; async: "
+                                                                 "the prompts waiting, up to this many)")
     e.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="extra env kwarg (repeatable)")
     e.add_argument("--out", default="results.jsonl", help="results JSONL: appended per episode, resumed on rerun; "
                                                           "one run configuration per env split")

@@ -117,6 +117,9 @@ class AgentEnv(gym.Env[str, str]):
     #: Tags whose first well-formed occurrence is the action.
     action_tags: ClassVar[tuple[str, ...]] = ("action",)
     prompt_template: ClassVar[PromptTemplate]
+    #: True when a step waits on something outside the process or takes milliseconds (a sandbox, a server, an LLM
+    #: user, a heavy engine): the episode-asynchronous runner then calls the env on a thread, off its event loop.
+    slow_steps: ClassVar[bool] = False
 
     def __init__(self, *, max_turns: int = 50, invalid_action_penalty: float = 0.0, history_length: int = 2,
                  render_mode: str | None = None):

@@ -1,6 +1,6 @@
 """Rollout performance: env speed, runner overhead, backend scaling, HTTP-server-per-env cost.
 
-    python benchmarks/rollouts.py [--only port,envs,overhead,scaling,http] [--quick] [--write benchmarks/RESULTS_rollouts.md]
+    python benchmarks/rollouts.py [--only port,envs,overhead,scaling,http,async] [--quick] [--write FILE]
 
 Sections (each a markdown table; references are measured in the same run):
 
@@ -11,11 +11,16 @@ Sections (each a markdown table; references are measured in the same run):
   are faster).
 * ``envs`` — steps/s of every registered env in-process on its default split (random policy; only ``env.step``
   timed), and reset latency.
-* ``overhead`` — the group runner (sequential backend) against a bare loop doing the same env work (reset, the
-  privileged policy's act, step, prompt rendering) on the same episodes: overhead = runner / bare - 1
-  (target < 10%).
+* ``overhead`` — the group runner (sequential backend), lockstep and async, against a bare loop doing the same env
+  work (reset, the privileged policy's act, step, prompt rendering) on the same episodes in the runner's order:
+  overhead = runner / bare - 1 (target < 10%).
 * ``scaling`` — steps/s of the process-pool and Ray backends with 1..N workers (pool started once and warmed; the
   timed call reuses it), against the sequential backend.
+* ``async`` — the same `agentgym eval` (TextCraft adapt-test, an ``openai:`` policy) lockstep and episode-asynchronous
+  against a real OpenAI-compatible server on 127.0.0.1 (``latency_server.py``: uvicorn, seeded lognormal latencies,
+  optional cap on requests served at once), at 64 and 256 episodes and two latency spreads, next to the bound computed
+  from the latencies the server drew; client and server CPU per request; lost or duplicated episodes. Needs
+  ``pip install -e ".[openai,bench]"``.
 * ``http`` — the HTTP-server-per-env architecture (each env behind a minimal HTTP/1.1 keep-alive server process on
   127.0.0.1, one request per step returning observation, reward, flags and the next prompt) against in-process
   stepping of the same action sequences.
@@ -174,27 +179,49 @@ def section_envs(args) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------------
 # overhead: the runner against a bare loop doing the same env work
 # ---------------------------------------------------------------------------------------------------------------
-def _bare_loop(env_id, split, tasks, seed0, max_turns, text):
-    """Exactly the env-side work of collect_groups (sequential, G=1): make, reset, act, step, prompt, in the runner's
-    order: each env made and reset in turn, then every active episode one turn, then the next turn (a batched policy
-    needs all prompts of a turn at once; stepping thousands of envs in turn is slower than finishing one episode at a
-    time, and both loops pay that)."""
+def _policy(kind: str):
+    from agentgym.rollout.policy import OraclePolicy, RandomPolicy
+
+    if kind == "text":
+        return lambda prompts: ["<action>inventory</action>"] * len(prompts)
+    return OraclePolicy() if kind == "oracle" else RandomPolicy()
+
+
+def _bare_loop(env_id, split, tasks, seed0, max_turns, kind, order="turn"):
+    """Exactly the env-side work of collect_groups (sequential, G=1): make, reset, act, step, prompt. ``order="turn"``
+    is the lockstep runner's order: each env made and reset in turn, then every active episode one turn, then the
+    next turn (a batched policy needs all prompts of a turn at once; stepping thousands of envs in turn is slower
+    than finishing one episode at a time, and both loops pay that). ``order="episode"`` is the async runner's order
+    when nothing makes an episode wait (a privileged policy, in-process envs): each episode played to its end in
+    turn. Envs are kept until the end in both, as the runners keep their slots."""
     t0 = time.process_time()
     envs, rngs = [], []
+    steps = 0
+
+    def act(env, g):
+        if kind == "text":
+            return "<action>inventory</action>"
+        return env.oracle_action() if kind == "oracle" else env.random_action(rngs[g])
+
     for g, task in enumerate(tasks):
         env = agentgym.make(env_id, split=split, max_turns=max_turns)
         env.reset(seed=seed0 + g, options={"task_id": task})
         rngs.append(np.random.default_rng([seed0 + g, g, 0]))
         env.prompt()
         envs.append(env)
-    steps = 0
-    active = list(range(len(envs)))
+        if order == "episode":
+            while True:
+                _, _, term, trunc, _ = env.step(act(env, g))
+                steps += 1
+                if term or trunc:
+                    break
+                env.prompt()
+    active = list(range(len(envs))) if order == "turn" else []
     while active:
         still = []
         for g in active:
             env = envs[g]
-            a = "<action>inventory</action>" if text else env.random_action(rngs[g])
-            _, _, term, trunc, _ = env.step(a)
+            _, _, term, trunc, _ = env.step(act(env, g))
             steps += 1
             if not (term or trunc):
                 env.prompt()
@@ -205,18 +232,18 @@ def _bare_loop(env_id, split, tasks, seed0, max_turns, text):
     return time.process_time() - t0, steps
 
 
-def _runner_loop(env_id, split, tasks, seed0, max_turns, text):
-    from agentgym.rollout.policy import RandomPolicy
+def _runner_loop(env_id, split, tasks, seed0, max_turns, kind, schedule):
     from agentgym.rollout.runner import collect_groups
 
-    policy = (lambda prompts: ["<action>inventory</action>"] * len(prompts)) if text else RandomPolicy()
+    policy = _policy(kind)
     t0 = time.process_time()
-    res = collect_groups(env_id, tasks, 1, policy, seed=seed0, env_kwargs={"split": split}, max_turns=max_turns)
+    res = collect_groups(env_id, tasks, 1, policy, seed=seed0, env_kwargs={"split": split}, max_turns=max_turns,
+                         schedule=schedule)
     wall = time.process_time() - t0
     return wall, sum(len(t.turns) for t in res.trajectories)
 
 
-def _instrumented_runner(env_id, split, tasks, seed0, max_turns, text):
+def _instrumented_runner(env_id, split, tasks, seed0, max_turns, kind, schedule):
     """The runner's wall time and the part of it spent inside the pool's env calls (reset, act, step: the env's own
     work incl. prompt rendering), measured in the same run."""
     from agentgym.rollout import backends
@@ -236,12 +263,12 @@ def _instrumented_runner(env_id, split, tasks, seed0, max_turns, text):
     for op, fn in originals.items():
         setattr(backends._Slots, op, timed(fn))
     try:
-        from agentgym.rollout.policy import RandomPolicy
         from agentgym.rollout.runner import collect_groups
 
-        policy = (lambda prompts: ["<action>inventory</action>"] * len(prompts)) if text else RandomPolicy()
+        policy = _policy(kind)
         t0 = time.perf_counter()
-        res = collect_groups(env_id, tasks, 1, policy, seed=seed0, env_kwargs={"split": split}, max_turns=max_turns)
+        res = collect_groups(env_id, tasks, 1, policy, seed=seed0, env_kwargs={"split": split}, max_turns=max_turns,
+                             schedule=schedule)
         total = time.perf_counter() - t0
     finally:
         for op, fn in originals.items():
@@ -254,37 +281,50 @@ def section_overhead(args) -> list[str]:
 
     out = [f"### Runner overhead (sequential backend; median of {args.repeats} runs)", "",
            "Instrumented: time inside the pool's env calls (env make + reset, the privileged policy's act, step and "
-           "prompt rendering) vs the whole `collect_groups` call (batching, turn records, results callbacks, the "
-           "estimators TrajectoryBatch) in the same run. Bare loop: CPU time of a plain loop doing the same env "
-           "work on the same episodes, vs the runner's CPU time.", "",
-           "| workload | episodes | steps | env time (s) | runner total (s) | overhead (instrumented) "
+           "prompt rendering) vs the whole `collect_groups` call (scheduling, batching, turn records, results "
+           "callbacks, the estimators TrajectoryBatch) in the same run. Bare loop: CPU time of a plain loop doing "
+           "the same env work on the same episodes in the runner's order (lockstep: turn by turn; async: episode by "
+           "episode), vs the runner's CPU time.", "",
+           "| workload | schedule | episodes | steps | env time (s) | runner total (s) | overhead (instrumented) "
            "| bare loop CPU (s) | runner CPU (s) | overhead (vs bare loop) | target < 10% |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     n = args.overhead_episodes
-    cases = [("TextCraft-v0", "gen-depth2", [f"gen-d2-{i}" for i in range(n)], 30, False,
+    d2 = [f"gen-d2-{i}" for i in range(n)]
+    cases = [("TextCraft-v0", "gen-depth2", d2, 30, "oracle", "lockstep",
+              "TextCraft gen-depth2, oracle (privileged, in the pool)"),
+             ("TextCraft-v0", "gen-depth2", d2, 30, "oracle", "async",
+              "TextCraft gen-depth2, oracle (privileged, in the pool)"),
+             ("TextCraft-v0", "gen-depth2", d2, 30, "random", "lockstep",
               "TextCraft gen-depth2, random policy (privileged, in the pool)"),
-             ("TextCraft-v0", "gen-depth2", [f"gen-d2-{i}" for i in range(n)], 30, True,
-              "TextCraft gen-depth2, text policy (batched prompts)")]
+             ("TextCraft-v0", "gen-depth2", d2, 30, "text", "lockstep",
+              "TextCraft gen-depth2, text policy (batched prompts)"),
+             ("TextCraft-v0", "gen-depth2", d2, 30, "text", "async",
+              "TextCraft gen-depth2, text policy (dynamic batches)")]
+    if args.quick:
+        cases = cases[:2]
+    if args.overhead_cases == "oracle":
+        cases = cases[:2]
     # The same runner on envs whose steps cost more than TextCraft's (the cheapest env): its fixed per-turn cost
     # is then a smaller fraction. Task ids of the split, cycled to ``n`` episodes; each env's default turn cap.
     skipped = []
-    for env_id, split, mt in (("WebShop-v0", "test", 15), ("TauAirline-v0", "test", 50),
-                              ("WikiSearch-v0", "demo", 6)):
+    others = (("WebShop-v0", "test", 15), ("TauAirline-v0", "test", 50), ("WikiSearch-v0", "demo", 6))
+    for env_id, split, mt in (others if args.overhead_cases == "all" and not args.quick else ()):
         ok, why = get_entry(env_id).split_available(split)
         if not ok:
-            skipped.append(f"| {env_id} {split} | skipped: {why} |||||||||")
+            skipped.append(f"| {env_id} {split} | skipped: {why} ||||||||||")
             continue
         env = agentgym.make(env_id, split=split)
         ids = env.task_ids()
         env.close()
-        cases.append((env_id, split, [ids[i % len(ids)] for i in range(n)], mt, False,
+        cases.append((env_id, split, [ids[i % len(ids)] for i in range(n)], mt, "random", "lockstep",
                       f"{env_id.removesuffix('-v0')} {split}, random policy (privileged, in the pool)"))
-    for env_id, split, tasks, mt, text, name in cases:
+    for env_id, split, tasks, mt, kind, schedule, name in cases:
         inst, bare, runner = [], [], []
+        order = "turn" if schedule == "lockstep" or kind == "text" else "episode"
         for _ in range(args.repeats):  # interleaved: robust to slow drifts of the machine's load
-            total, env_t, n_i = _instrumented_runner(env_id, split, tasks, 0, mt, text)
-            b, n_b = _bare_loop(env_id, split, tasks, 0, mt, text)
-            r, n_r = _runner_loop(env_id, split, tasks, 0, mt, text)
+            total, env_t, n_i = _instrumented_runner(env_id, split, tasks, 0, mt, kind, schedule)
+            b, n_b = _bare_loop(env_id, split, tasks, 0, mt, kind, order)
+            r, n_r = _runner_loop(env_id, split, tasks, 0, mt, kind, schedule)
             assert n_b == n_r == n_i, (n_b, n_r, n_i)  # the same episodes
             inst.append((total / env_t - 1, total, env_t))
             bare.append(b)
@@ -292,8 +332,9 @@ def section_overhead(args) -> list[str]:
         ov, total, env_t = sorted(inst)[len(inst) // 2]
         b, r = float(np.median(bare)), float(np.median(runner))
         ov_bare = r / b - 1
-        out.append(f"| {name} | {len(tasks)} | {n_b} | {env_t:.3f} | {total:.3f} | {100 * ov:.1f}% | {b:.3f} "
-                   f"| {r:.3f} | {100 * ov_bare:.1f}% | {'met' if ov < 0.10 else 'MISSED'} |")
+        met = "met" if max(ov, ov_bare) < 0.10 else "MISSED"
+        out.append(f"| {name} | {schedule} | {len(tasks)} | {n_b} | {env_t:.3f} | {total:.3f} | {100 * ov:.1f}% "
+                   f"| {b:.3f} | {r:.3f} | {100 * ov_bare:.1f}% | {met} |")
         print(out[-1], file=sys.stderr, flush=True)
     return out + skipped
 
@@ -501,6 +542,231 @@ def section_http(args) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# async: lockstep vs episode-asynchronous evals against a real local OpenAI-compatible server
+# ---------------------------------------------------------------------------------------------------------------
+def _start_latency_server(sigma: float, cap: int, seed: int, lifetime_s: float, mean: float = 0.2):
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, str(_HERE / "latency_server.py"), "--sigma", str(sigma), "--cap",
+                             str(cap), "--seed", str(seed), "--lifetime-s", str(lifetime_s), "--mean", str(mean)],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    if not line.isdigit():
+        proc.kill()
+        raise RuntimeError("the latency server did not start (pip install 'agentgym[bench]')")
+    base = f"http://127.0.0.1:{line}"
+    deadline = time.monotonic() + 30
+    while True:  # bounded: uvicorn needs a moment after binding
+        try:
+            _http_json(base + "/stats")
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.1)
+    return proc, base
+
+
+def _http_json(url: str, data: bytes | None = None) -> dict:
+    import json
+    import urllib.request
+
+    from agentgym.net import urlopen
+
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    with urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def _episode_keys(row: dict, base_seed: int) -> list[str]:
+    """The per-request seeds (the server's latency keys) of one results row: what the openai: policy derives from the
+    episode (task, seed, trial) and the turn (agentgym.rollout.policy.request_seeds)."""
+    from agentgym.hashing import stable_digest
+    from agentgym.rollout.policy import PromptContext, request_seeds
+
+    t, s, k = str(row["task_id"]), int(row["seed"]), int(row["trial"])
+    ctxs = [PromptContext(t, s, 0, turn, (s, stable_digest(t), k, 0)) for turn in range(int(row["turns"]))]
+    return [str(x) for x in request_seeds(base_seed, ["-"] * len(ctxs), ctxs)]
+
+
+def _async_eval(base: str, n: int, schedule: str, max_turns: int, tmp: Path, base_seed: int) -> dict:
+    """One `agentgym eval` (run_grid, in this process) of n TextCraft adapt-test episodes against the server."""
+    from agentgym.eval.grid import EvalGrid, run_grid
+    from agentgym.eval.results import ResultsFile
+    from agentgym.rollout.openai_policy import OpenAIConfig, OpenAIPolicy
+
+    n_tasks, trials = (n, 1) if n <= 200 else (n // 2, 2)
+    grid = EvalGrid("TextCraft-v0", "adapt-test", episodes=n_tasks, trials=trials, max_turns=max_turns, chunk=n,
+                    schedule=schedule)
+    out = tmp / f"{schedule}-{n}-{time.monotonic_ns()}.jsonl"
+    policy = OpenAIPolicy(OpenAIConfig(model="bench", base_url=base + "/v1", concurrency=n, seed=base_seed,
+                                       timeout_s=120, max_retries=2))
+    _http_json(base + "/reset", b"{}")
+    cpu_server0 = _http_json(base + "/stats")["cpu_s"]
+    c0, t0 = time.process_time(), time.perf_counter()
+    try:
+        run_grid(grid, policy, str(out), policy_name="openai:bench")
+    finally:
+        policy.close()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    stats = _http_json(base + "/stats")
+    rows = ResultsFile(out).read()
+    return {"rows": rows, "wall": wall, "cpu": cpu, "server": stats, "server_cpu": stats["cpu_s"] - cpu_server0}
+
+
+def _bounds(rows: list[dict], served: list, base_seed: int, cap: int) -> dict:
+    drawn: dict[str, float] = {}
+    dup = 0
+    for key, latency, _, _ in served:
+        dup += key in drawn
+        drawn[key] = latency
+    per_episode, per_turn, missing = [], {}, 0
+    for r in rows:
+        lat = []
+        for turn, key in enumerate(_episode_keys(r, base_seed)):
+            if key not in drawn:
+                missing += 1
+                continue
+            lat.append(drawn[key])
+            per_turn[turn] = max(per_turn.get(turn, 0.0), drawn[key])
+        per_episode.append(sum(lat))
+    total = sum(drawn.values())
+    episode_bound = max(per_episode) if per_episode else 0.0
+    capacity = total / cap if cap else 0.0
+    ends = sorted(e for _, _, _, e in served)
+    peak, j = 0, 0
+    for i, e in enumerate(ends):  # most answers in any 1-second window
+        while ends[j] < e - 1.0:
+            j += 1
+        peak = max(peak, i - j + 1)
+    return {"async": max(episode_bound, capacity), "episode": episode_bound, "capacity": capacity,
+            "lockstep": sum(per_turn.values()), "requests": len(served), "dup_requests": dup,
+            "missing": missing, "peak_rps": peak}
+
+
+def _client_cpu(base: str, client: str, n: int, inflight: int) -> tuple[float, float]:
+    """(wall, client CPU per request) of ``n`` chat requests, ``inflight`` at once, through one pooled client."""
+    import asyncio
+    import json
+
+    url = base + "/v1/chat/completions"
+    prompt = "x" * 2000  # about a TextCraft prompt
+
+    def body(i):
+        return json.dumps({"model": "bench", "messages": [{"role": "user", "content": prompt}], "seed": i}).encode()
+
+    async def run():
+        slots = asyncio.Semaphore(inflight)
+        if client == "aiohttp":
+            import aiohttp
+
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=inflight)) as s:
+                async def one(i):
+                    async with slots, s.post(url, data=body(i)) as r:
+                        return json.loads(await r.read())
+                await asyncio.gather(*(one(i) for i in range(n)))
+        else:
+            import httpx
+
+            limits = httpx.Limits(max_connections=inflight, max_keepalive_connections=inflight)
+            async with httpx.AsyncClient(limits=limits, trust_env=False, timeout=httpx.Timeout(120, pool=None)) as c:
+                async def one(i):
+                    async with slots:
+                        return json.loads((await c.post(url, content=body(i))).content)
+                await asyncio.gather(*(one(i) for i in range(n)))
+
+    c0, t0 = time.process_time(), time.perf_counter()
+    asyncio.run(run())
+    return time.perf_counter() - t0, (time.process_time() - c0) / n
+
+
+def section_async(args) -> list[str]:
+    import os
+    import tempfile
+
+    base_seed = 1234
+    sizes = [int(x) for x in args.async_episodes.split(",")]
+    sigmas = [float(x) for x in args.async_sigmas.split(",")]
+    configs = [(n, sg, 0, 0.2, ("lockstep", "async")) for sg in sigmas for n in sizes]
+    if args.async_cap:
+        configs.append((max(sizes), max(sigmas), args.async_cap, 0.2, ("lockstep", "async")))
+    if args.async_slow_mean:
+        # The same async eval with every latency scaled up: the client then needs that much less CPU per second, so
+        # what is left of the gap to the bound is the schedule's own, not the machine's lack of CPU.
+        configs.append((max(sizes), max(sigmas), 0, args.async_slow_mean, ("async",)))
+    out = [f"### Lockstep vs episode-asynchronous eval against a local OpenAI-compatible server (TextCraft "
+           f"adapt-test, --max-turns {args.async_turns}, mean latency 200 ms, lognormal)", "",
+           "Each row is one `run_grid` (what `agentgym eval` runs) in this process against "
+           "`benchmarks/latency_server.py` (uvicorn, its own process) on 127.0.0.1, `--concurrency` = episodes = "
+           "episodes in flight. The server draws each request's latency from its per-request seed, so both schedules "
+           "get the same latencies. Bound: from the latencies the server drew, max over episodes of the episode's "
+           "summed latency (with a server cap: at least the summed latency / cap); lockstep bound: the sum over "
+           "turns of the slowest answer of the turn. Target: async wall within 0.9 of the bound at 64 episodes, "
+           "0.8 at 256. Client CPU: this process (runner, env, HTTP client) per request, and the share of one core it "
+           "got over the wall time; server CPU likewise.", "",
+           "| episodes | sigma | server cap | schedule | wall (s) | bound (s) | bound / wall | lockstep bound (s) "
+           "| requests | req/s mean / peak 1 s | client CPU / request (ms) | client CPU / wall "
+           "| server CPU / request (ms) | lost / duplicated episodes | target |",
+           "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        for n, sigma, cap, mean, schedules in configs:
+            proc, base = _start_latency_server(sigma, cap, seed=7, lifetime_s=1800, mean=mean)
+            try:
+                _async_eval(base, 8, "async", 2, tmp, base_seed)  # warm: imports, the TextCraft graph, sockets
+                for schedule in schedules:
+                    res = _async_eval(base, n, schedule, args.async_turns, tmp, base_seed)
+                    b = _bounds(res["rows"], res["server"]["requests"], base_seed, cap)
+                    keys = [(r["task_id"], r["seed"], r["trial"]) for r in res["rows"]]
+                    errors = sum(r.get("error") is not None for r in res["rows"])
+                    lost, dup = n - len(set(keys)) + errors, len(keys) - len(set(keys))
+                    bound = b["async"] if schedule == "async" else b["lockstep"]
+                    ratio = bound / res["wall"]
+                    goal = 0.9 if n <= 64 else 0.8
+                    target = (f"{'met' if ratio >= goal and not lost and not dup else 'MISSED'} (>= {goal})"
+                              if schedule == "async" else "")
+                    reqs = b["requests"]
+                    label = f"{sigma}" if mean == 0.2 else f"{sigma}, mean {mean:g} s"
+                    if mean != 0.2:
+                        target = "(diagnostic)"
+                    out.append(f"| {n} | {label} | {cap or '-'} | {schedule} | {res['wall']:.2f} | {bound:.2f} "
+                               f"| {ratio:.2f} | {b['lockstep']:.2f} | {reqs} "
+                               f"| {reqs / res['wall']:,.0f} / {b['peak_rps']:,} | {1e3 * res['cpu'] / reqs:.2f} "
+                               f"| {res['cpu'] / res['wall']:.2f} | {1e3 * res['server_cpu'] / reqs:.2f} "
+                               f"| {lost} / {dup} | {target} |")
+                    print(out[-1], file=sys.stderr, flush=True)
+                    if b["missing"] or b["dup_requests"]:
+                        out.append(f"| (requests not found on the server: {b['missing']}; served twice: "
+                                   f"{b['dup_requests']}) ||||||||||||||")
+            finally:
+                proc.kill()
+                proc.wait(timeout=30)
+    if args.async_clients:
+        n_req, inflight = args.async_clients, max(sizes)
+        out += ["", f"#### The HTTP client alone: {n_req} requests, {inflight} in flight, same server (sigma 0.5, "
+                    "no cap)",
+                "", "| client | wall (s) | client CPU / request (ms) |", "|---|---:|---:|"]
+        proc, base = _start_latency_server(0.5, 0, seed=7, lifetime_s=900)
+        try:
+            for client in ("aiohttp", "httpx"):
+                if importlib.util.find_spec(client) is None:
+                    out.append(f"| {client} | not installed ||")
+                    continue
+                wall, cpu = _client_cpu(base, client, n_req, inflight)
+                name = {"aiohttp": "aiohttp.ClientSession (what openai: uses)",
+                        "httpx": "httpx.AsyncClient (one pool)"}[client]
+                out.append(f"| {name} | {wall:.2f} | {1e3 * cpu:.2f} |")
+                print(out[-1], file=sys.stderr, flush=True)
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+    out.append("")
+    out.append(f"Load average at the end of this section: {', '.join(f'{x:.1f}' for x in os.getloadavg())}.")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
 def section_port(args) -> list[str]:
     ours_r, ours_s, ours_d = bench_ours(args.resets, args.steps)
     rows = [("agentgym TextCraft-v0", ours_r, ours_s)]
@@ -533,7 +799,7 @@ def section_port(args) -> list[str]:
 
 
 SECTIONS = {"port": section_port, "envs": section_envs, "overhead": section_overhead, "scaling": section_scaling,
-            "http": section_http}
+            "http": section_http, "async": section_async}
 
 
 def main(argv=None) -> int:
@@ -551,6 +817,8 @@ def main(argv=None) -> int:
     ap.add_argument("--env-budget", type=float, default=4.0, help="seconds per env in the envs section")
     ap.add_argument("--env-steps", type=int, default=20000)
     ap.add_argument("--overhead-episodes", type=int, default=200)
+    ap.add_argument("--overhead-cases", choices=("all", "textcraft", "oracle"), default="all",
+                    help="overhead section: every workload, the TextCraft ones, or the oracle under both schedules")
     ap.add_argument("--scaling-episodes", type=int, default=256)
     ap.add_argument("--max-workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--no-ray", action="store_true")
@@ -558,11 +826,23 @@ def main(argv=None) -> int:
     ap.add_argument("--http-envs", type=int, default=4)
     ap.add_argument("--http-episodes", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--async-episodes", default="64,256", help="async section: episode counts")
+    ap.add_argument("--async-sigmas", default="0.5,1.0", help="async section: lognormal shapes of the latency")
+    ap.add_argument("--async-cap", type=int, default=64, help="async section: one more row with the server capped "
+                                                              "at this many requests at once (0: none)")
+    ap.add_argument("--async-turns", type=int, default=10)
+    ap.add_argument("--async-slow-mean", type=float, default=1.0, help="async section: one more async row with this "
+                                                                       "mean latency (s), to tell the schedule's "
+                                                                       "loss from a lack of CPU (0: skip)")
+    ap.add_argument("--async-clients", type=int, default=1024, help="async section: requests of the HTTP-client "
+                                                                    "comparison (0: skip it)")
     args = ap.parse_args(argv)
     if args.quick:
         args.resets, args.port_resets, args.steps, args.port_steps = 60, 3, 2000, 200
         args.env_budget, args.env_steps, args.overhead_episodes, args.scaling_episodes = 1.0, 2000, 40, 32
         args.http_episodes, args.repeats, args.max_workers = 20, 2, min(args.max_workers, 2)
+        args.async_episodes, args.async_sigmas, args.async_cap, args.async_turns = "16", "1.0", 0, 4
+        args.async_clients, args.async_slow_mean = 64, 0
     chosen = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SECTIONS]
     if unknown:

@@ -3,7 +3,10 @@
 An *episode* is ``(task_id, seed, trial)``: the env resets with ``seed`` and ``options={"task_id": task_id}``; a
 privileged policy draws from a generator seeded by ``(seed, digest(task_id), trial)``. Episodes already finished in the
 results file are skipped, so a killed run resumes where it stopped; each finished episode is appended and flushed
-at once. Each row records the run's identity (policy, policy options, ``max_turns``, env kwargs, and the env's own
+at once (under the async schedule, from one results thread). Model policies play episode-asynchronously by default
+(``schedule``, see :mod:`agentgym.rollout.runner`): up to ``chunk`` episodes in flight, a finished episode's env slot
+taking the next; under lockstep, ``chunk`` episodes are played together per runner call.
+Each row records the run's identity (policy, policy options, ``max_turns``, env kwargs, and the env's own
 identity fields such as TextCraft's ``rules``); resuming a file
 whose rows of this env split were made with another identity raises
 :class:`~agentgym.eval.results.ResultsMismatchError` (see :mod:`.results`). Each episode's transcript (every prompt,
@@ -14,14 +17,14 @@ row, which names it (``transcript_id``; see :mod:`.transcripts`); ``transcripts=
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..hashing import stable_digest
 from ..rollout.policy import EnvPolicy, Policy
 from ..rollout.backends import make_pool
-from ..rollout.runner import Trajectory, collect_groups, env_factory
+from ..rollout.progress import RolloutStats
+from ..rollout.runner import Trajectory, collect_groups, default_schedule, env_factory
 from .results import ResultsFile, run_identity
 from .transcripts import TranscriptFile, key_fields, transcript_of, transcripts_path
 
@@ -42,9 +45,10 @@ class EvalGrid:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     max_turns: int | None = None
     workers: int = 0
-    chunk: int = 64  # episodes played together per runner call
+    chunk: int = 64  # episodes in flight (async), or played together per runner call (lockstep)
     backend: str | None = None  # "sequential" | "process" | "ray"; default: process when workers > 0
     address: str | None = None  # Ray cluster address (backend "ray"); default: a local Ray instance
+    schedule: str | None = None  # "lockstep" | "async"; default: async for model (text) policies
 
     def task_ids(self) -> list[str]:
         return list(self._probe()[0])
@@ -77,14 +81,17 @@ class EvalGrid:
 
 def run_grid(grid: EvalGrid, policy: Policy | EnvPolicy, out: str, *, policy_name: str = "",
              policy_args: dict[str, Any] | None = None,
-             progress: Callable[[int], None] | None = None, transcripts: bool = True) -> list[dict]:
+             progress: Callable[[int], None] | None = None,
+             monitor: Callable[[RolloutStats], None] | None = None, transcripts: bool = True) -> list[dict]:
     """Play every unfinished episode of ``grid``; return the latest row of every episode of the grid.
 
     ``policy_name`` (default: the policy's ``name``, e.g. ``hf:PATH`` or ``openai:MODEL``, else its ``__name__`` or
     class name) and ``policy_args`` (the options that change
     its responses, such as the sampling temperature) are part of the run's identity, with the grid's ``max_turns``
     and ``env_kwargs``. Raises :class:`~agentgym.eval.results.ResultsMismatchError` when ``out`` holds rows of this
-    env split made with another identity. ``transcripts`` (default True) stores each episode's transcript in the
+    env split made with another identity. ``progress`` is called with the number of episodes finished (or found
+    finished in ``out``), ``monitor`` about twice a second with the live counters (episodes running and failed,
+    model requests in flight, tokens/s). ``transcripts`` (default True) stores each episode's transcript in the
     side file (:func:`~agentgym.eval.transcripts.transcripts_path`).
     """
     results = ResultsFile(out)
@@ -109,22 +116,26 @@ def run_grid(grid: EvalGrid, policy: Policy | EnvPolicy, out: str, *, policy_nam
                      grid.workers, backend=grid.backend, address=grid.address)
     try:
         side = TranscriptFile(transcripts_path(out)) if transcripts else None
-        _play_chunks(grid, policy, todo, results, identity, progress, pool, env_kwargs, side)
+        _play_chunks(grid, policy, todo, results, identity, progress, pool, env_kwargs, side, monitor)
     finally:
         pool.close()
     return [row for key, row in results.latest().items() if key in keys]
 
 
-def _play_chunks(grid, policy, todo, results, identity, progress, pool, env_kwargs, side) -> None:
-    for start in range(0, len(todo), grid.chunk):
-        chunk = todo[start:start + grid.chunk]
-        t0 = time.perf_counter()
+def _play_chunks(grid, policy, todo, results, identity, progress, pool, env_kwargs, side, monitor=None) -> None:
+    schedule = grid.schedule or default_schedule(policy)
+    # Async: one runner call for every episode (the pool's slots cap the episodes in flight; nothing waits for a
+    # chunk's slowest episode). Lockstep: one runner call per chunk.
+    step = max(1, len(todo)) if schedule == "async" else grid.chunk
+    stats = RolloutStats(total=len(todo))
+    for start in range(0, len(todo), step):
+        chunk = todo[start:start + step]
 
-        def record(traj: Trajectory, chunk=chunk, t0=t0) -> None:
+        def record(traj: Trajectory, chunk=chunk) -> None:
             task_id, seed, trial = chunk[traj.group_id]
             row = {"env_id": grid.env_id, "split": grid.split, **traj.summary(), **identity,
                    "task_id": task_id, "seed": seed, "trial": trial,
-                   "wall_s": round(time.perf_counter() - t0, 4)}
+                   "wall_s": round(traj.wall_s, 4)}
             row.pop("member", None)
             if side is not None:  # the transcript first: a row never names a transcript that was not written
                 row["transcript_id"] = side.append(key_fields(row), transcript_of(traj))
@@ -136,4 +147,5 @@ def _play_chunks(grid, policy, todo, results, identity, progress, pool, env_kwar
         # run plays each remaining episode exactly as an uninterrupted run would.
         collect_groups(grid.env_id, [e[0] for e in chunk], 1, policy, seeds=[e[1] for e in chunk],
                        policy_seeds=[(s, stable_digest(t), k) for t, s, k in chunk],
-                       env_kwargs=env_kwargs, max_turns=grid.max_turns, on_trajectory=record, pool=pool)
+                       env_kwargs=env_kwargs, max_turns=grid.max_turns, on_trajectory=record, pool=pool,
+                       schedule=schedule, stats=stats, on_progress=monitor, keep=False)

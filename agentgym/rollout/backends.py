@@ -9,16 +9,23 @@ holding either the value or an :class:`~agentgym.errors.ErrorRecord`: an ``Excep
   call sends each worker its share and gathers the answers in request order.
 * :class:`RayPool` — slots spread over ``workers`` Ray actors, each hosting many envs (not one actor per env:
   verl-agent's one-actor-per-env design runs out of memory at 256+ envs). A batched call sends every actor its
-  share in one remote call and gathers the answers in request order; text policies are called by the runner once
-  per turn with the prompts from every actor. ``ray`` is imported only when this pool is built.
+  share in one remote call and gathers the answers in request order; under the lockstep schedule text policies are
+  called by the runner once per turn with the prompts from every actor. ``ray`` is imported only when this pool is
+  built.
 
 Envs are deterministic given their seed and options, and privileged policies draw from per-slot generators seeded by
 the runner, so every pool gives the same results. Slot ``i`` lives in worker ``i % workers`` in both multi-worker
 pools.
+
+*Lanes* serve the episode-asynchronous runner (:mod:`.async_runner`): a pool has ``lanes`` independent queues (one per
+worker process or Ray actor; one for the in-process pool), :meth:`lane_of` names the lane of a slot and
+:meth:`call_lane` sends one lane a batch of requests whose slots all live there, so each worker can be busy with its
+own batch while the others answer theirs. The ``run`` op carries a batch of mixed operations (``(slot, op, *args)``).
 """
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -27,7 +34,7 @@ import numpy as np
 
 from ..errors import ErrorRecord, error_record
 
-__all__ = ["SlotResult", "EnvFactory", "LocalPool", "ProcessPool", "RayPool", "make_pool", "BACKENDS"]
+__all__ = ["SlotResult", "EnvFactory", "LocalPool", "ProcessPool", "RayPool", "make_pool", "BACKENDS", "env_is_slow"]
 
 BACKENDS = ("sequential", "process", "ray")
 
@@ -43,6 +50,25 @@ class EnvFactory:
         import agentgym
 
         return agentgym.make(self.env_id, **dict(self.kwargs))
+
+
+def env_is_slow(factory) -> bool:
+    """Whether the env class behind ``factory`` is marked ``slow_steps`` (its steps wait on a sandbox, a server or an
+    LLM, or take milliseconds of CPU): the async runner then calls it off the event loop. False when unknown."""
+    env_id = getattr(factory, "env_id", None)
+    if not env_id:
+        return False
+    try:
+        import gymnasium as gym
+
+        if ":" in env_id:  # gymnasium's "module:EnvId": the module registers the id
+            mod, _, env_id = env_id.partition(":")
+            importlib.import_module(mod)
+        entry = gym.spec(env_id).entry_point
+        cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+        return bool(getattr(cls, "slow_steps", False))
+    except Exception:  # noqa: BLE001 - an env we cannot resolve here is made (and reported) by the pool itself
+        return False
 
 
 @dataclass(slots=True)
@@ -92,6 +118,20 @@ class _Slots:
         except Exception as e:  # noqa: BLE001
             return SlotResult(error=error_record(e, "policy"))
 
+    def act_step(self, i: int, policy) -> SlotResult:
+        """A privileged policy's turn in one call (the async runner's round trip): ``(response, *step value)``."""
+        act = self.act(i, policy)
+        if act.error is not None:
+            return act
+        step = self.step(i, act.value)
+        return step if step.error is not None else SlotResult((act.value, *step.value))
+
+    def run(self, i: int, op: str, *args) -> SlotResult:
+        """One operation of a mixed batch (a lane's batch holds resets, steps and acts of different episodes)."""
+        if op not in _OPS:
+            return SlotResult(error=error_record(ValueError(f"unknown slot operation {op!r}"), "step"))
+        return getattr(self, op)(i, *args)
+
     def close(self) -> None:
         for env in self.envs:
             if env is not None:
@@ -101,16 +141,32 @@ class _Slots:
                     pass
 
 
+_OPS = frozenset({"reset", "step", "act", "act_step"})
+
+
 class LocalPool:
     """All slots in this process."""
 
+    lanes = 1
+
     def __init__(self, factory: Callable, n: int):
         self.size = n
+        self.factory = factory
         self._slots = _Slots(factory, n)
 
     def call(self, op: str, requests: Sequence[tuple]) -> list[SlotResult]:
         fn = getattr(self._slots, op)
         return [fn(*req) for req in requests]
+
+    def call_one(self, op: str, i: int, *args) -> SlotResult:
+        """One operation on slot ``i``, in the calling thread."""
+        return getattr(self._slots, op)(i, *args)
+
+    def lane_of(self, i: int) -> int:
+        return 0
+
+    def call_lane(self, lane: int, op: str, requests: Sequence[tuple]) -> list[SlotResult]:
+        return self.call(op, requests)
 
     def close(self) -> None:
         self._slots.close()
@@ -141,7 +197,8 @@ class ProcessPool:
     def __init__(self, factory: Callable, n: int, workers: int):
         ctx = mp.get_context("spawn")
         self.size = n
-        self.workers = max(1, min(workers, n))
+        self.factory = factory
+        self.workers = self.lanes = max(1, min(workers, n))
         self._conns = []
         self._procs = []
         for w in range(self.workers):
@@ -172,11 +229,25 @@ class ProcessPool:
                     raise EOFError("pipe closed")
                 answers = self._conns[w].recv()
             except (EOFError, OSError) as e:
-                answers = [SlotResult(error=error_record(RuntimeError(f"worker {w} died: {e!r}"), op))
-                           for _ in items]
+                answers = [SlotResult(error=error_record(RuntimeError(f"worker {w} died: {e!r}"), _stage(op, r)))
+                           for _, r in items]
             for (pos, _), ans in zip(items, answers):
                 out[pos] = ans
         return out  # type: ignore[return-value]
+
+    def lane_of(self, i: int) -> int:
+        return i % self.workers
+
+    def call_lane(self, lane: int, op: str, requests: Sequence[tuple]) -> list[SlotResult]:
+        """One worker's batch (every slot in ``requests`` lives in worker ``lane``); the pipe of each worker is used
+        by one caller at a time (the async runner keeps one call in flight per lane)."""
+        local = [(i // self.workers, *rest) for i, *rest in requests]
+        try:
+            self._conns[lane].send((op, local))
+            return self._conns[lane].recv()
+        except (EOFError, OSError) as e:
+            return [SlotResult(error=error_record(RuntimeError(f"worker {lane} died: {e!r}"), _stage(op, r)))
+                    for r in requests]
 
     def close(self) -> None:
         for c in self._conns:
@@ -189,6 +260,13 @@ class ProcessPool:
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)  # reap it, so it is gone from active_children() when close() returns
+
+
+def _stage(op: str, request: tuple) -> str:
+    """The error stage of a request that never reached its env (a mixed ``run`` batch names its op second)."""
+    if op == "run":
+        op = request[1] if len(request) > 1 else "step"
+    return "step" if op == "act_step" else op
 
 
 def _split(requests: Sequence[tuple], workers: int) -> list[list[tuple[int, tuple]]]:
@@ -262,7 +340,8 @@ class RayPool:
             _RAY_ACTOR = ray.remote(_RayEnvWorker)
         self._ray = ray
         self.size = n
-        self.workers = max(1, min(workers, n))
+        self.factory = factory
+        self.workers = self.lanes = max(1, min(workers, n))
         # No CPU reservation by default (like a process pool, more workers than CPUs must not wait forever for
         # resources); SPREAD places the actors over the nodes of a cluster.
         self._actors = [_RAY_ACTOR.options(num_cpus=num_cpus_per_worker, scheduling_strategy="SPREAD").remote(
@@ -278,11 +357,23 @@ class RayPool:
             try:
                 answers = self._ray.get(ref)
             except Exception as e:  # noqa: BLE001 - a dead actor marks its episodes, it does not kill the run
-                answers = [SlotResult(error=error_record(RuntimeError(f"Ray env worker {w} failed: {e!r}"), op))
-                           for _ in items]
+                answers = [SlotResult(error=error_record(RuntimeError(f"Ray env worker {w} failed: {e!r}"),
+                                                         _stage(op, r))) for _, r in items]
             for (pos, _), ans in zip(items, answers):
                 out[pos] = ans
         return out  # type: ignore[return-value]
+
+    def lane_of(self, i: int) -> int:
+        return i % self.workers
+
+    def call_lane(self, lane: int, op: str, requests: Sequence[tuple]) -> list[SlotResult]:
+        """One actor's batch (every slot in ``requests`` lives in actor ``lane``)."""
+        local = [(i // self.workers, *rest) for i, *rest in requests]
+        try:
+            return self._ray.get(self._actors[lane].call.remote(op, local))
+        except Exception as e:  # noqa: BLE001 - a dead actor marks its episodes, it does not kill the run
+            return [SlotResult(error=error_record(RuntimeError(f"Ray env worker {lane} failed: {e!r}"),
+                                                  _stage(op, r))) for r in requests]
 
     def close(self) -> None:
         try:

@@ -3,7 +3,10 @@
 ``PATH`` is a model directory (or a hub id already in the local cache: nothing is downloaded unless
 ``local_files_only=False``). Prompts are rendered with the tokenizer's chat template when it has one (``[system?,
 user=prompt]``, generation prompt added), else used as plain text; they are generated in batches of ``batch_size``
-with left padding. ``device="auto"`` picks CUDA, then Apple MPS, then CPU; ``dtype="auto"`` is bfloat16 on CUDA
+with left padding. Under the episode-asynchronous runner the policy gets *dynamic* batches: the prompts waiting at
+that moment, at most ``batch_size`` per ``generate`` call (``max_batch_size``); prompts that arrive while it generates
+form the next batch, so an episode whose answer is done moves on instead of waiting for a whole turn's batch.
+``device="auto"`` picks CUDA, then Apple MPS, then CPU; ``dtype="auto"`` is bfloat16 on CUDA
 (float16 if the GPU lacks bf16) and float32 elsewhere.
 
 Decoding is greedy unless ``temperature > 0``. Sampling is reproducible with ``seed`` set: each prompt draws from its
@@ -103,6 +106,11 @@ class HFPolicy:
             tok.pad_token = tok.eos_token
         self.use_chat = bool(config.chat_template and getattr(tok, "chat_template", None))
         self.name = f"hf:{config.path}"
+
+    @property
+    def max_batch_size(self) -> int:
+        """The most prompts the async runner's dynamic batcher hands this policy at once."""
+        return self.config.batch_size
 
     def __repr__(self) -> str:
         return f"HFPolicy(path={self.config.path!r}, device={self.device!r}, dtype={self.dtype})"

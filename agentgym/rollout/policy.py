@@ -30,11 +30,11 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..errors import PolicyError
+from ..errors import PolicyError, error_record
 from ..hashing import stable_digest
 
-__all__ = ["Policy", "EnvPolicy", "OraclePolicy", "RandomPolicy", "PromptContext", "load_policy", "request_seeds",
-           "takes_contexts"]
+__all__ = ["Policy", "AsyncPolicy", "EnvPolicy", "OraclePolicy", "RandomPolicy", "PromptContext", "load_policy",
+           "request_seeds", "takes_contexts", "call_batch_policy", "is_async_policy"]
 
 
 @runtime_checkable
@@ -42,6 +42,22 @@ class Policy(Protocol):
     """Batched text policy: one response per prompt, in order. It may take ``contexts`` (see the module doc)."""
 
     def __call__(self, prompts: Sequence[str]) -> list[str]: ...
+
+
+@runtime_checkable
+class AsyncPolicy(Protocol):
+    """A policy with a per-request async interface (``openai:`` has one). The episode-asynchronous runner sends each
+    episode's prompt as soon as that episode needs it. ``agenerate`` returns the response (a ``str``, e.g. a
+    :class:`~agentgym.rollout.openai_policy.PolicyResponse` with its ``usage``), or returns or raises an exception for
+    a request that failed for good: that episode alone gets a typed ``policy_error``. A policy with ``aclose`` has it
+    awaited at the end of every async run (e.g. to close its connection pool on the run's event loop)."""
+
+    async def agenerate(self, prompt: str, context: "PromptContext | None" = None) -> str: ...
+
+
+def is_async_policy(policy) -> bool:
+    """Whether ``policy`` has a per-request ``async def agenerate``."""
+    return inspect.iscoroutinefunction(getattr(policy, "agenerate", None))
 
 
 @dataclass(frozen=True)
@@ -88,6 +104,23 @@ def request_seeds(base_seed: int, prompts: Sequence[str], contexts: Sequence[Pro
             seen[p] = seen.get(p, -1) + 1
             keys.append(f"{p}|{seen[p]}")
     return [stable_digest(f"{int(base_seed)}|{k}", namespace="sampling-seed") & 0x7FFF_FFFF for k in keys]
+
+
+def call_batch_policy(policy, prompts: Sequence[str], contexts: Sequence[PromptContext] | None = None) -> list:
+    """One batched policy call (with ``contexts`` by keyword when given): one ``str`` or :class:`ErrorRecord` per
+    prompt. A policy may put an exception *instance* in an item's slot (a request that failed for good): that prompt
+    alone gets a typed error. Anything else that is not one str per prompt, or an exception, fails every prompt of the
+    call (``KeyboardInterrupt`` and ``SystemExit`` propagate: they stop the run)."""
+    try:
+        out = policy(prompts) if contexts is None else policy(prompts, contexts=contexts)
+        if not isinstance(out, (list, tuple)) or len(out) != len(prompts) or \
+                not all(isinstance(r, (str, Exception)) for r in out):
+            raise PolicyError(f"the policy must return one str per prompt ({len(prompts)}), got "
+                              f"{type(out).__name__} of length {len(out) if hasattr(out, '__len__') else '?'}")
+    except Exception as e:  # noqa: BLE001 - a failing policy marks the episodes, it does not kill the run (Ctrl-C does)
+        rec = error_record(e, "policy")
+        return [rec] * len(prompts)
+    return [error_record(r, "policy") if isinstance(r, Exception) else r for r in out]
 
 
 class EnvPolicy:

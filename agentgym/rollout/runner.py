@@ -1,12 +1,21 @@
-"""Group rollouts: B tasks x G rollouts per task, stepped turn by turn.
+"""Group rollouts: B tasks x G rollouts per task.
 
 ``collect_groups`` plays one *group* per task: G episodes of the same task reset with the same seed (so every
-member sees the same first observation), differing only through the policy. Each turn it gathers the prompts of
-the unfinished episodes, asks the policy once for all of them (text policies) or each env's privileged policy, and
-steps only those episodes. It caps turns, records one :class:`TurnRecord` per turn, and turns any ``Exception`` from
-the env or the policy into a typed :class:`~agentgym.errors.ErrorRecord` on that trajectory: such trajectories are
-*marked* and left out of the :class:`estimators.TrajectoryBatch`, never scored 0. ``KeyboardInterrupt`` and
-``SystemExit`` are not failures of an episode: they stop the run (the pool is closed on the way out).
+member sees the same first observation), differing only through the policy. It caps turns, records one
+:class:`TurnRecord` per turn, and turns any ``Exception`` from the env or the policy into a typed
+:class:`~agentgym.errors.ErrorRecord` on that trajectory: such trajectories are *marked* and left out of the
+:class:`estimators.TrajectoryBatch`, never scored 0. ``KeyboardInterrupt`` and ``SystemExit`` are not failures of an
+episode: they stop the run (the pool is closed on the way out).
+
+Two schedules play the same episodes with the same results (for a deterministic policy: the same rewards, turns,
+hashes and turn records, up to the order in which ``on_trajectory`` sees them and timing fields):
+
+* ``"lockstep"`` — turn by turn: each turn gathers the prompts of the unfinished episodes, asks the policy once for
+  all of them (text policies) or each env's privileged policy, and steps only those episodes. Every turn waits for
+  the slowest answer of the batch.
+* ``"async"`` — episode-asynchronous (:mod:`.async_runner`): one asyncio task per episode, each advancing as soon as
+  its own answer arrives. The default for text (model) policies; privileged policies (oracle, random) default to
+  lockstep, which has nothing to wait for.
 
 The batch follows ../shared/docs/estimators_spec.md section 1.1: one row per turn, trajectories in rollout-major
 order, ``obs_hash`` of the observation the agent acted on, ``done`` on each trajectory's last turn.
@@ -15,16 +24,21 @@ order, ``obs_hash`` of the observation the agent acted on, ``done`` on each traj
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import ErrorRecord, PolicyError, error_record
+from ..errors import ErrorRecord
 from .backends import EnvFactory, make_pool
-from .policy import EnvPolicy, Policy, PromptContext, takes_contexts
+from .policy import EnvPolicy, Policy, PromptContext, call_batch_policy, takes_contexts
+from .progress import RolloutStats
 
-__all__ = ["TurnRecord", "Trajectory", "RolloutResult", "collect_groups", "to_trajectory_batch", "env_factory"]
+__all__ = ["TurnRecord", "Trajectory", "RolloutResult", "collect_groups", "to_trajectory_batch", "env_factory",
+           "SCHEDULES", "default_schedule"]
+
+SCHEDULES = ("lockstep", "async")
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +73,7 @@ class Trajectory:
     first_observation: str = ""
     turns: list[TurnRecord] = field(default_factory=list)
     error: ErrorRecord | None = None
+    wall_s: float = 0.0  # seconds from the episode's reset to its end (a timing field: not part of its results)
 
     @property
     def finished(self) -> bool:
@@ -118,6 +133,11 @@ def env_factory(env_id: str, env_kwargs: dict | None = None, max_turns: int | No
     return EnvFactory(env_id, tuple(sorted(kwargs.items())))
 
 
+def default_schedule(policy) -> str:
+    """``"async"`` for text (model) policies, ``"lockstep"`` for privileged ones (oracle, random)."""
+    return "lockstep" if isinstance(policy, EnvPolicy) else "async"
+
+
 def _task_options(task: Any) -> dict | None:
     if task is None:
         return None
@@ -131,7 +151,9 @@ def collect_groups(env_id: str, tasks: Sequence[Any], group_size: int, policy: P
                    workers: int = 0, on_trajectory: Callable[[Trajectory], None] | None = None,
                    seeds: Sequence[int] | None = None,
                    policy_seeds: Sequence[Sequence[int]] | None = None, backend: str | None = None,
-                   address: str | None = None, pool=None) -> RolloutResult:
+                   address: str | None = None, pool=None, schedule: str | None = None,
+                   max_active: int | None = None, offload: bool | None = None, stats: RolloutStats | None = None,
+                   on_progress: Callable[[RolloutStats], None] | None = None, keep: bool = True) -> RolloutResult:
     """Play ``len(tasks)`` groups of ``group_size`` episodes.
 
     Args:
@@ -146,47 +168,91 @@ def collect_groups(env_id: str, tasks: Sequence[Any], group_size: int, policy: P
         backend: ``"sequential"`` | ``"process"`` | ``"ray"``; default: process when ``workers > 0``, else
             sequential. Every backend gives the same results (see :mod:`.backends`).
         address: the Ray cluster to join (``ray.init(address=...)``); default: a local one.
-        pool: an open pool (from :func:`make_pool`, built with :func:`env_factory`) with at least
-            ``len(tasks) * group_size`` slots, reused and left open (``backend``/``workers`` are then ignored).
-        on_trajectory: called with each trajectory as soon as it finishes (for append-as-you-go results files).
+        pool: an open pool (from :func:`make_pool`, built with :func:`env_factory`), reused and left open
+            (``backend``/``workers`` are then ignored). Lockstep needs a slot per episode (``len(tasks) *
+            group_size``); async plays any number of episodes, at most ``pool.size`` at once.
+        on_trajectory: called with each trajectory as soon as it finishes (for append-as-you-go results files), one
+            call at a time; lockstep calls it in the caller's thread, async on one helper thread (a slow disk must
+            not stall the event loop), so it must not rely on thread-bound objects (e.g. an sqlite connection made in
+            another thread). An exception from it stops the run.
+        schedule: ``"lockstep"`` or ``"async"`` (see the module doc); default :func:`default_schedule`.
+        max_active: async only: the most episodes in flight at once (default: every episode, or the pool's size);
+            a finished episode's env slot takes the next episode.
+        offload: async only: run in-process env calls on threads, off the event loop (default: when the env class
+            is marked ``slow_steps``: it waits on a sandbox, a server or an LLM user). Pool workers (process, Ray) are
+            always off the loop.
+        stats: live counters (:class:`~.progress.RolloutStats`) to update; ``on_progress`` is called with them
+            about twice a second.
+        keep: False hands each trajectory to ``on_trajectory`` and keeps nothing (a long eval's memory stays bounded
+            by the episodes in flight); the result then has no trajectories and no batch.
         policy_seeds: per group, the integers that seed the privileged policy's generator (member index appended);
             default ``(group seed, group index)``. With the member index they also identify the episode to a text
             policy that takes ``contexts`` (:class:`~agentgym.rollout.policy.PromptContext`).
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
+    schedule = schedule or default_schedule(policy)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}: one of {', '.join(SCHEDULES)}")
     group_seeds = list(seeds) if seeds is not None else [seed + g for g in range(len(tasks))]
     if len(group_seeds) != len(tasks):
         raise ValueError(f"seeds has {len(group_seeds)} entries for {len(tasks)} tasks")
-    trajs = [Trajectory(traj_id=g * group_size + m, group_id=g, task=t, seed=int(group_seeds[g]), member=m)
-             for g, t in enumerate(tasks) for m in range(group_size)]
+    n = len(tasks) * group_size
+    trajs = (Trajectory(traj_id=g * group_size + m, group_id=g, task=t, seed=int(group_seeds[g]), member=m)
+             for g, t in enumerate(tasks) for m in range(group_size))
+    if keep:
+        trajs = list(trajs)
     pseeds = [tuple(int(x) for x in p) for p in policy_seeds] if policy_seeds is not None else \
         [(int(group_seeds[g]), g) for g in range(len(tasks))]
     if len(pseeds) != len(tasks):
         raise ValueError(f"policy_seeds has {len(pseeds)} entries for {len(tasks)} tasks")
-    if pool is not None:
-        if pool.size < len(trajs):
-            raise ValueError(f"the pool has {pool.size} slots for {len(trajs)} episodes")
-        _play(pool, trajs, policy, on_trajectory, pseeds)
-    else:
-        own = make_pool(env_factory(env_id, env_kwargs, max_turns), len(trajs), workers, backend=backend,
-                        address=address)
-        try:
-            _play(own, trajs, policy, on_trajectory, pseeds)
-        finally:
-            own.close()
+    if stats is not None and not stats.total:  # a caller that plays several calls sets its own total
+        stats.total = n
+    if schedule == "lockstep" and pool is not None and pool.size < n:
+        raise ValueError(f"the pool has {pool.size} slots for {n} episodes (the async schedule can reuse slots)")
+    size = n if schedule == "lockstep" else min(n, max_active or n)
+    own = pool is None and n > 0
+    if own:
+        pool = make_pool(env_factory(env_id, env_kwargs, max_turns), size, workers, backend=backend, address=address)
+    try:
+        if n == 0:
+            pass
+        elif schedule == "lockstep":
+            _play(pool, list(trajs), policy, on_trajectory, pseeds, stats, on_progress)
+        else:
+            from .async_runner import play_async
+
+            play_async(pool, trajs, policy, on_trajectory, pseeds, max_active=min(size, pool.size),
+                       offload=offload, stats=stats, on_progress=on_progress)
+    finally:
+        if own:
+            pool.close()
+    if not keep:
+        return RolloutResult(trajectories=[], batch=None)
     clean = [t for t in trajs if t.error is None and t.turns]
     return RolloutResult(trajectories=trajs, batch=to_trajectory_batch(clean) if clean else None)
 
 
-def _finish(t: Trajectory, on_trajectory) -> None:
+def finish_trajectory(t: Trajectory, on_trajectory, stats: RolloutStats | None, started: float) -> None:
+    """The end of an episode under either schedule: its wall time, the counters, then the caller's callback."""
+    t.wall_s = time.perf_counter() - started
+    if stats is not None:
+        stats.finished(t.error is None)
     if on_trajectory is not None:
         on_trajectory(t)
 
 
-def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds) -> None:
+def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds, stats=None, on_progress=None) -> None:
     prompts: dict[int, str] = {}
     last_info: dict[int, dict] = {}
+    started = time.perf_counter()
+    last_tick = time.monotonic()
+
+    def _finish(t: Trajectory, on_trajectory) -> None:
+        finish_trajectory(t, on_trajectory, stats, started)
+
+    if stats is not None:
+        stats.running += len(trajs)
     resets = pool.call("reset", [(t.traj_id, t.seed, _task_options(t.task), (*pseeds[t.group_id], t.member))
                                  for t in trajs])
     for t, res in zip(trajs, resets):
@@ -201,24 +267,26 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds) -> None:
     with_contexts = not isinstance(policy, EnvPolicy) and takes_contexts(policy)
     while active:
         if isinstance(policy, EnvPolicy):
-            results = pool.call("act", [(t.traj_id, policy) for t in active])
-            responses = {}
-            for t, res in zip(active, results):
-                if res.error is not None:
-                    t.error = res.error
-                else:
-                    responses[t.traj_id] = res.value
+            # The privileged policy acts next to its env, in the same pool call as the step (one round trip).
+            sent = [(t, None) for t in active]
+            steps = pool.call("act_step", [(t.traj_id, policy) for t in active])
         else:
             contexts = [PromptContext(t.task_id, t.seed, t.member, len(t.turns), (*pseeds[t.group_id], t.member))
                         for t in active] if with_contexts else None
+            if stats is not None:
+                stats.requests = len(active)
             responses = _call_text_policy(policy, active, prompts, contexts)
-        for t in active:
-            if t.error is not None:
-                _finish(t, on_trajectory)
-        active = [t for t in active if t.error is None]
-        # Plain str over the wire: a PolicyResponse's usage stays here, in the turn record.
-        sent = [(t, responses[t.traj_id]) for t in active]
-        steps = pool.call("step", [(t.traj_id, r if type(r) is str else str(r)) for t, r in sent])
+            if stats is not None:
+                stats.requests = 0
+                for r in responses.values():
+                    stats.answer(r)
+            for t in active:
+                if t.error is not None:
+                    _finish(t, on_trajectory)
+            active = [t for t in active if t.error is None]
+            # Plain str over the wire: a PolicyResponse's usage stays here, in the turn record.
+            sent = [(t, responses[t.traj_id]) for t in active]
+            steps = pool.call("step", [(t.traj_id, r if type(r) is str else str(r)) for t, r in sent])
         still = []
         for (t, resp), res in zip(sent, steps):
             if res.error is not None:
@@ -226,7 +294,11 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds) -> None:
                 _finish(t, on_trajectory)
                 continue
             tid = t.traj_id
-            obs, reward, terminated, truncated, info, next_prompt = res.value
+            if resp is None:  # act_step: the response comes first
+                resp, *value = res.value
+                obs, reward, terminated, truncated, info, next_prompt = value
+            else:
+                obs, reward, terminated, truncated, info, next_prompt = res.value
             t.turns.append(TurnRecord(len(t.turns), prompts[tid], int(last_info[tid]["obs_hash"]),
                                       resp if type(resp) is str else str(resp), obs, reward, terminated, truncated,
                                       info, getattr(resp, "usage", None)))
@@ -236,29 +308,22 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds) -> None:
                 prompts[tid], last_info[tid] = next_prompt, info
                 still.append(t)
         active = still
+        if stats is not None and time.monotonic() - last_tick >= 0.5:
+            last_tick = time.monotonic()
+            stats.maybe_log()
+            if on_progress is not None:
+                on_progress(stats)
 
 
 def _call_text_policy(policy: Policy, active: list[Trajectory], prompts: dict[int, str],
                       contexts: list[PromptContext] | None = None) -> dict[int, str]:
-    """One batched policy call (with ``contexts`` by keyword when given). A policy may put an exception *instance* in
-    an item's slot (a request that failed for good): that episode alone gets a typed error. Anything else that is not
-    one str per prompt fails the batch."""
-    batch = [prompts[t.traj_id] for t in active]
-    try:
-        out = policy(batch) if contexts is None else policy(batch, contexts=contexts)
-        if not isinstance(out, (list, tuple)) or len(out) != len(batch) or \
-                not all(isinstance(r, (str, Exception)) for r in out):
-            raise PolicyError(f"the policy must return one str per prompt ({len(batch)}), got "
-                              f"{type(out).__name__} of length {len(out) if hasattr(out, '__len__') else '?'}")
-    except Exception as e:  # noqa: BLE001 - a failing policy marks the episodes, it does not kill the run (Ctrl-C does)
-        rec = error_record(e, "policy")
-        for t in active:
-            t.error = rec
-        return {}
+    """One batched policy call for the active episodes (:func:`~.policy.call_batch_policy`): a failed prompt marks
+    its episode with a typed error; the others get their response."""
+    out = call_batch_policy(policy, [prompts[t.traj_id] for t in active], contexts)
     responses = {}
     for t, r in zip(active, out):
-        if isinstance(r, Exception):
-            t.error = error_record(r, "policy")
+        if isinstance(r, ErrorRecord):
+            t.error = r
         else:
             responses[t.traj_id] = r
     return responses

@@ -6,6 +6,8 @@ injected per prompt and attempt: ``faults(prompt, attempt)`` returns ``None`` (a
 (e.g. 429, 500, 400), ``"sleep"`` (stall until the server is closed, at most ``sleep_s``, so the client's timeout
 always fires first however slow the machine) or ``"garbage"`` (a non-JSON 200).
 The server answers at most ``max_requests`` requests (then 503 for ever), so no client loop can run unbounded.
+``latency_s`` delays every answer; ``max_active`` records the most requests it was answering at once and each log
+entry the client's ``(host, port)``: distinct ports are distinct connections (keep-alive reuses them).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Callable
 
 class ScriptedServer:
     def __init__(self, replies: dict[str, str | None] | None = None, default: str = "<action>inventory</action>",
-                 faults: Callable[[str, int], object] | None = None, sleep_s: float = 60.0, max_requests: int = 5000):
+                 faults: Callable[[str, int], object] | None = None, sleep_s: float = 60.0, max_requests: int = 5000,
+                 latency_s: float = 0.0):
         self.replies = dict(replies or {})
         self.default = default
         self.faults = faults or (lambda prompt, attempt: None)
@@ -28,6 +31,8 @@ class ScriptedServer:
         self.attempts: dict[str, int] = {}
         self.log: list[dict] = []  # one entry per request: prompt, attempt, outcome, headers, body
         self.lock = threading.Lock()
+        self.latency_s = latency_s
+        self.active = self.max_active = 0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -61,7 +66,17 @@ class ScriptedServer:
                     over = len(server.log) >= server.max_requests
                     fault = "over" if over else server.faults(prompt, attempt)
                     server.log.append({"prompt": prompt, "attempt": attempt, "outcome": fault,
-                                       "auth": self.headers.get("Authorization"), "body": body})
+                                       "auth": self.headers.get("Authorization"), "body": body,
+                                       "peer": self.client_address})
+                    server.active += 1
+                    server.max_active = max(server.max_active, server.active)
+                try:
+                    return self._answer(body, prompt, fault)
+                finally:
+                    with server.lock:
+                        server.active -= 1
+
+            def _answer(self, body, prompt, fault):
                 if fault == "over":
                     return self._send(503, b'{"error": "request budget exhausted"}')
                 if isinstance(fault, int):
@@ -71,6 +86,8 @@ class ScriptedServer:
                     return self._send(200, b"<html>not json")
                 if fault == "sleep":
                     server.release.wait(server.sleep_s)
+                elif server.latency_s:
+                    server.release.wait(server.latency_s)
                 text = server.replies.get(prompt, server.default)
                 payload = {"id": "chatcmpl-test", "object": "chat.completion", "model": body["model"],
                            "choices": [{"index": 0, "finish_reason": "stop",

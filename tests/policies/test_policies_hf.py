@@ -122,3 +122,20 @@ def test_runner_with_local_model(tiny_model):
     assert len(row["requests"]) == 2 and row["completion_tokens"] > 0 and row["prompt_tokens"] > 100
     # An untrained model writes no well-formed action: the env flags it, the runner does not fail.
     assert row["invalid_actions"] == 2
+
+
+def test_async_runner_batches_whatever_is_waiting_up_to_batch_size(tiny_model):
+    """Dynamic batching: the async runner hands generate() the prompts waiting at that moment, at most batch_size;
+    greedy answers do not depend on the batch, so the episodes equal lockstep's."""
+    pol = load_policy(f"hf:{tiny_model}", max_new_tokens=4, batch_size=3, dtype="float32")
+    calls = []
+    generate = pol._generate
+    pol._generate = lambda prompts, seeds: calls.append(len(prompts)) or generate(prompts, seeds)
+    kw = dict(env_kwargs={"split": "gen-depth1"}, max_turns=2)
+    a = collect_groups("TextCraft-v0", ["gen-d1-0", "gen-d1-1"], 2, pol, schedule="async", **kw)
+    async_calls, calls[:] = list(calls), []
+    b = collect_groups("TextCraft-v0", ["gen-d1-0", "gen-d1-1"], 2, pol, schedule="lockstep", **kw)
+    assert [[r.response for r in t.turns] for t in a.trajectories] == \
+        [[r.response for r in t.turns] for t in b.trajectories]
+    assert max(async_calls) == 3 and sum(async_calls) == 8  # never more than batch_size per generate call
+    assert calls == [3, 1, 3, 1]  # lockstep: one fixed batch per turn, split by batch_size

@@ -3,6 +3,7 @@ the runner and `agentgym eval` end to end)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from agentgym.errors import error_record
 from agentgym.eval.results import ResultsFile
 from agentgym.rollout.openai_policy import OpenAIConfig, OpenAIPolicy, PolicyRequestError, PolicyResponse
 from agentgym.eval.grid import EvalGrid, run_grid
-from agentgym.rollout.policy import OraclePolicy, load_policy, request_seeds
+from agentgym.rollout.policy import OraclePolicy, PromptContext, load_policy, request_seeds
 from agentgym.rollout.runner import collect_groups
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -39,11 +40,22 @@ def oracle_script(task_ids, split="gen-depth1", seed=0):
     return by_task
 
 
-def test_retries_429_500_and_timeouts_then_answers():
+@pytest.mark.parametrize("transport, call", [("aiohttp", "batch"), ("aiohttp", "agenerate"), ("urllib", "batch"),
+                                             ("urllib", "agenerate")])
+def test_retries_429_500_and_timeouts_then_answers(transport, call):
     script = {0: 429, 1: 500, 2: "sleep"}
     with ScriptedServer(faults=lambda p, a: script.get(a)) as srv:
-        pol = policy(srv, max_retries=4)
-        out = pol(["p1", "p2", "p3"])
+        pol = policy(srv, max_retries=4, transport=transport)
+        assert pol.transport == transport
+        if call == "batch":
+            out = pol(["p1", "p2", "p3"])
+        else:
+            async def run():
+                try:
+                    return await asyncio.gather(*(pol.agenerate(p) for p in ("p1", "p2", "p3")))
+                finally:
+                    await pol.aclose()
+            out = asyncio.run(run())
         pol.close()
     assert [str(r) for r in out] == ["<action>inventory</action>"] * 3
     for r in out:
@@ -104,8 +116,10 @@ def test_request_carries_prompt_contract_sampling_and_auth(monkeypatch):
     assert body["seed"] != 3 and again["body"]["seed"] == body["seed"]
 
 
-def test_loopback_endpoints_never_go_through_a_proxy(monkeypatch):
-    """urllib would send 127.0.0.1 requests to $http_proxy (here a closed port on 127.0.0.1): the policy goes direct."""
+@pytest.mark.parametrize("transport", ["aiohttp", "urllib"])
+def test_loopback_endpoints_never_go_through_a_proxy(monkeypatch, transport):
+    """urllib and aiohttp (trust_env) would send 127.0.0.1 requests to $http_proxy (here a closed port on 127.0.0.1):
+    the policy goes direct, batched and per request."""
     import urllib.error
     import urllib.request
 
@@ -118,8 +132,21 @@ def test_loopback_endpoints_never_go_through_a_proxy(monkeypatch):
     with ScriptedServer() as srv:
         with pytest.raises(urllib.error.URLError):  # what plain urllib does with this environment
             urllib.request.urlopen(urllib.request.Request(srv.base_url + "/chat/completions", data=b"{}"), timeout=5)
-        out = policy(srv)(["hello"])
-    assert str(out[0]) == "<action>inventory</action>" and len(srv.log) == 1
+        if transport == "aiohttp":
+            import aiohttp
+
+            async def through_env_proxy():
+                async with aiohttp.ClientSession(trust_env=True) as s:
+                    async with s.post(srv.base_url + "/chat/completions", data=b"{}") as r:
+                        return r.status
+
+            with pytest.raises(aiohttp.ClientError):  # aiohttp honouring the environment goes to the dead proxy
+                asyncio.run(through_env_proxy())
+        pol = policy(srv, transport=transport)
+        out = pol(["hello"])
+        out += asyncio.run(pol.agenerate("hello again")),
+        pol.close()
+    assert [str(r) for r in out] == ["<action>inventory</action>"] * 2 and len(srv.log) == 2
     assert all(is_loopback_url(u) for u in ("http://127.0.0.1:8000/v1", "http://localhost/v1", "http://[::1]:1/",
                                             "http://127.3.2.1/"))
     assert not any(is_loopback_url(u) for u in ("http://10.0.0.1/v1", "https://api.openai.com/v1", "http://[::2]/"))
@@ -227,3 +254,64 @@ def test_config_validation():
         load_policy("openai:")
     with pytest.raises(PolicyError, match="base_url"):
         load_policy("openai:m", base_url="127.0.0.1:8000")
+
+
+def test_pooled_client_keeps_connections_alive_and_caps_requests_in_flight():
+    with ScriptedServer(latency_s=0.05) as srv:
+        pol = policy(srv, concurrency=3)
+
+        async def run():
+            try:
+                return await asyncio.gather(*(pol.agenerate(f"p{i}") for i in range(12)))
+            finally:
+                await pol.aclose()
+
+        out = asyncio.run(run())
+        out += pol([f"q{i}" for i in range(6)])
+        pol.close()
+    assert all(isinstance(r, PolicyResponse) for r in out)
+    assert srv.max_active <= 3  # --concurrency: requests in flight
+    # 12 requests over at most 3 kept-alive connections on the runner's loop, 6 over at most 3 on the batched call's
+    peers = [e["peer"] for e in srv.log]
+    assert len(set(peers[:12])) <= 3 and len(set(peers[12:])) <= 3
+
+
+def test_retry_after_seconds_or_http_date():
+    import email.utils
+    import time
+
+    from agentgym.rollout.openai_policy import _retry_after
+
+    assert _retry_after({"Retry-After": "2.5"}) == 2.5 and _retry_after({}) is None
+    assert _retry_after({"Retry-After": "soon"}) is None
+    later = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 < _retry_after({"Retry-After": later}) <= 30
+    assert _retry_after({"Retry-After": email.utils.formatdate(time.time() - 30, usegmt=True)}) == 0.0
+
+
+@pytest.mark.parametrize("schedule", ["lockstep", "async"])
+def test_runner_schedules_give_the_same_episodes_and_usage(schedule):
+    tasks = ["gen-d1-0", "gen-d1-1", "gen-d1-2"]
+    script = oracle_script(tasks)
+    replies = {p: r for per in script.values() for p, r in per.items()}
+    with ScriptedServer(replies=replies) as srv:
+        res = collect_groups("TextCraft-v0", tasks, 2, policy(srv, seed=3), seeds=[0, 0, 0],
+                             env_kwargs={"split": "gen-depth1"}, schedule=schedule)
+        seeds = sorted(e["body"]["seed"] for e in srv.log)
+    assert all(t.won for t in res.trajectories)
+    for t in res.trajectories:
+        assert [r.usage["attempts"] for r in t.turns] == [1] * len(t.turns)
+        assert all(r.usage["completion_tokens"] >= 1 and r.usage["latency_s"] > 0 for r in t.turns)
+    # The same per-request seeds under both schedules (derived from episode and turn, not from call order).
+    ctxs = [PromptContext(t.task_id, t.seed, t.member, k, (0, t.group_id, t.member)) for t in res.trajectories
+            for k in range(len(t.turns))]
+    assert seeds == sorted(request_seeds(3, ["x"] * len(ctxs), ctxs))
+
+
+def test_streaming_and_unknown_transport_are_refused():
+    from agentgym.errors import PolicyError
+
+    with pytest.raises(PolicyError, match="stream"):
+        OpenAIConfig(model="m", extra_body={"stream": True})
+    with pytest.raises(PolicyError, match="transport"):
+        OpenAIConfig(model="m", transport="grpc")

@@ -51,8 +51,14 @@ def test_text_policy_is_batched_across_actors():
         return ["<action>inventory</action>" for _ in prompts]
 
     res = collect_groups("TextCraft-v0", ["gen-d1-0", "gen-d1-1"], 3, policy, env_kwargs={"split": "gen-depth1"},
-                         max_turns=3, backend="ray", workers=2)
+                         max_turns=3, backend="ray", workers=2, schedule="lockstep")
     assert calls == [6, 6, 6] and all(len(t.turns) == 3 for t in res.trajectories)
+    # Async: each actor is a lane with its own batch of env calls; the episodes are lockstep's, and the policy got
+    # every prompt once, in dynamic batches.
+    calls.clear()
+    res_async = collect_groups("TextCraft-v0", ["gen-d1-0", "gen-d1-1"], 3, policy, max_turns=3, backend="ray",
+                               workers=2, env_kwargs={"split": "gen-depth1"}, schedule="async")
+    assert sum(calls) == 18 and [t.summary() for t in res_async.trajectories] == [t.summary() for t in res.trajectories]
 
 
 def test_env_exception_becomes_typed_error_on_ray():

@@ -123,6 +123,9 @@ class ALFWorldEnv(AgentEnv):
             (ALFWorld's usual budget of 50 steps by default).
     """
 
+    #: The async runner calls this env off its event loop (the TextWorld engine takes milliseconds of CPU per step).
+    slow_steps = True
+
     prompt_template = ALFWORLD_TEMPLATE
 
     def __init__(self, split: str = "generated", *, data_path: str | os.PathLike | None = None,

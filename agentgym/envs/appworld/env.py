@@ -104,6 +104,9 @@ class AppWorldEnv(AgentEnv):
         max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
     """
 
+    #: The async runner calls this env off its event loop (code cells run in a sandboxed interpreter process).
+    slow_steps = True
+
     action_tags = ("code", "action")
     prompt_template = _TEMPLATE
 

@@ -126,6 +126,9 @@ class TauAirlineEnv(AgentEnv):
         max_turns, invalid_action_penalty, render_mode: see :class:`~agentgym.core.AgentEnv`.
     """
 
+    #: The async runner calls this env off its event loop (the user simulator may be an LLM behind an HTTP endpoint).
+    slow_steps = True
+
     action_tags = ("tool_call", "response")
     prompt_template = _TEMPLATE
 

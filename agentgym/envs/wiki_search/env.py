@@ -76,6 +76,9 @@ class WikiSearchEnv(AgentEnv):
         max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
     """
 
+    #: The async runner calls this env off its event loop (each search is a call to an index or a retrieval server).
+    slow_steps = True
+
     action_tags = ("search", "answer")
     prompt_template = _TEMPLATE
 
