@@ -258,6 +258,7 @@ class _Session:
     step_count: int = 0
     episode_id: str | None = None
     in_episode: bool = False
+    stuck: bool = False  # an env call ran past the step timeout and may still be running
 
     def info(self) -> dict[str, Any]:  # OpenEnv's SessionInfo
         return {"session_id": self.session_id, "created_at": self.created_at,
@@ -376,10 +377,11 @@ class AgentGymServer:
             # Queued behind any env call still running in the session's thread (a step past its time limit), so
             # the env is closed in the thread that made it, whenever that call returns.
             fut = session.executor.submit(session.env.close)
-            try:
-                await asyncio.wait_for(asyncio.wrap_future(fut), timeout=5.0)
-            except Exception as e:  # noqa: BLE001 - a failing close must not keep the slot
-                logger.warning("session %s: env.close() failed or is still queued: %r", session.session_id, e)
+            if not session.stuck:
+                try:
+                    await asyncio.wait_for(asyncio.wrap_future(fut), timeout=5.0)
+                except Exception as e:  # noqa: BLE001 - a failing close must not keep the slot
+                    logger.warning("session %s: env.close() failed or timed out: %r", session.session_id, e)
         session.executor.shutdown(wait=False)
         logger.info("session %s closed (%d open)", session.session_id, len(self.sessions))
 
@@ -704,6 +706,7 @@ def create_app(server: AgentGymServer) -> FastAPI:
                 try:
                     response = await server.handle(session, raw)
                 except EnvCallError as e:  # a call past the step timeout: its thread is stuck, the session ends
+                    session.stuck = True
                     await _send_ws(websocket, _error(SESSION_ERROR, f"{e}; session closed", error=e.record))
                     break
                 if response is None:
