@@ -401,7 +401,10 @@ class AgentGymServer:
         try:
             return fut.result()
         except Exception as e:  # noqa: BLE001 - any env exception is an env failure, typed for the client
-            logger.warning("%s %s failed", self.config.env_id, stage, exc_info=True)
+            from agentgym.errors import TaskError
+
+            # a bad task id is the client's mistake: one line; anything else gets its traceback in the server log
+            logger.warning("%s %s failed: %r", self.config.env_id, stage, e, exc_info=not isinstance(e, TaskError))
             raise EnvCallError(stage, e) from e
 
     # ---- the session protocol ---------------------------------------------------------------------------------------
@@ -678,13 +681,11 @@ def create_app(server: AgentGymServer) -> FastAPI:
         try:
             session = await server.open_session()
         except CapacityError as e:
-            await _send_ws(websocket, _error(CAPACITY_REACHED, str(e), active_sessions=len(server.sessions),
-                                             max_sessions=cfg.max_sessions))
-            await _close_ws(websocket)
+            await _refuse(websocket, _error(CAPACITY_REACHED, str(e), active_sessions=len(server.sessions),
+                                            max_sessions=cfg.max_sessions))
             return
         except EnvCallError as e:
-            await _send_ws(websocket, _error(FACTORY_ERROR, str(e), factory_name=cfg.env_id, error=e.record))
-            await _close_ws(websocket)
+            await _refuse(websocket, _error(FACTORY_ERROR, str(e), factory_name=cfg.env_id, error=e.record))
             return
         try:
             while True:
@@ -731,6 +732,18 @@ async def _send_ws(websocket: WebSocket, payload: dict) -> None:
         await websocket.send_text(json.dumps(payload))
     except Exception:  # noqa: BLE001 - the peer is gone; nothing to tell it
         logger.debug("send to a closed socket dropped", exc_info=True)
+
+
+async def _refuse(websocket: WebSocket, payload: dict, linger_s: float = 10.0) -> None:
+    """Refuse a session: send the error frame at once, then close after the client's first frame (at most
+    ``linger_s`` later). openenv 0.4.1's client sends its first request before reading, and fails with a bare
+    'connection closed' instead of the error if the socket is already closed by then (0.10 reads the queued frame)."""
+    await _send_ws(websocket, payload)
+    try:
+        await asyncio.wait_for(websocket.receive(), timeout=linger_s)
+    except Exception:  # noqa: BLE001 - timed out or already gone: close either way
+        pass
+    await _close_ws(websocket)
 
 
 async def _close_ws(websocket: WebSocket) -> None:

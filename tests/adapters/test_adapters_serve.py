@@ -266,8 +266,9 @@ def test_serve_env_failures_and_bounds():
         with connect(ws_url, proxy=None) as ws1, connect(ws_url, proxy=None) as ws2:  # envs 2 and 3
             # the cap: a third session is refused, then closed
             with connect(ws_url, proxy=None) as ws3:
-                full = json.loads(ws3.recv(timeout=30))["data"]
+                full = json.loads(ws3.recv(timeout=30))["data"]  # sent at once; closed after the next frame
                 assert full["code"] == "CAPACITY_REACHED" and full["max_sessions"] == 2
+                ws3.send(json.dumps({"type": "reset", "data": {}}))
                 with pytest.raises(ConnectionClosed):
                     ws3.recv(timeout=30)
             # an env that raises: a typed EXECUTION_ERROR, never an observation
@@ -298,8 +299,10 @@ def test_serve_env_failures_and_bounds():
             time.sleep(0.05)
         # a session whose env cannot be made: FACTORY_ERROR with the typed record; the slot is not kept
         with connect(ws_url, proxy=None) as ws:
-            err = json.loads(ws.recv(timeout=30))["data"]
+            err = _ask(ws, {"type": "reset", "data": {}})["data"]  # a client that sends first still reads it
             assert err["code"] == "FACTORY_ERROR" and err["error"]["exception"] == "OSError"
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=30)
         # an idle session is reaped: told why, closed, its env freed
         with connect(ws_url, proxy=None) as ws:
             assert _ask(ws, {"type": "reset", "data": {"seed": 1}})["type"] == "observation"
