@@ -577,10 +577,6 @@ def create_app(server: AgentGymServer) -> FastAPI:
         logger.exception("unhandled error on %s", request.url.path)
         return JSONResponse({"detail": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
 
-    def _env_error(e: EnvCallError) -> HTTPException:
-        return HTTPException(504 if e.timed_out else 500, {"message": str(e), "code": EXECUTION_ERROR,
-                                                           "error": e.record})
-
     @app.get("/health", tags=["Health"])
     async def health() -> dict[str, Any]:
         return {"status": "healthy"}
@@ -602,15 +598,19 @@ def create_app(server: AgentGymServer) -> FastAPI:
         return {"active_sessions": len(server.sessions), "max_sessions": cfg.max_sessions,
                 "sessions": [s.info() for s in list(server.sessions.values())]}
 
-    @app.post("/reset", tags=["Environment Control"])
-    async def reset(request: ResetRequest = Body(default_factory=ResetRequest)) -> dict[str, Any]:
+    async def _stateless(request: ResetRequest, action: Any = None) -> dict[str, Any]:
         try:
-            data = await server.stateless(request)
+            data = await server.stateless(request, action)
         except EnvCallError as e:
-            raise _env_error(e) from None
+            raise HTTPException(504 if e.timed_out else 500, {"message": str(e), "code": EXECUTION_ERROR,
+                                                              "error": e.record}) from None
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
-        return {**data, "metadata": None}
+        return {**data, "metadata": None}  # OpenEnv's ResetResponse / StepResponse
+
+    @app.post("/reset", tags=["Environment Control"])
+    async def reset(request: ResetRequest = Body(default_factory=ResetRequest)) -> dict[str, Any]:
+        return await _stateless(request)
 
     @app.post("/step", tags=["Environment Control"])
     async def step(request: StepRequest) -> dict[str, Any]:
@@ -618,13 +618,7 @@ def create_app(server: AgentGymServer) -> FastAPI:
             action = AgentGymAction.model_validate(request.action)
         except ValidationError as e:
             raise HTTPException(422, _jsonable(e.errors(include_url=False))) from None
-        try:
-            data = await server.stateless(request, action.action)
-        except EnvCallError as e:
-            raise _env_error(e) from None
-        except ValueError as e:
-            raise HTTPException(422, str(e)) from None
-        return {**data, "metadata": None}
+        return await _stateless(request, action.action)
 
     @app.post("/mcp", tags=["MCP"])
     async def mcp(payload: Any = Body(None)) -> dict[str, Any]:
