@@ -17,6 +17,7 @@ import pytest
 import agentgym  # noqa: F401 - registers the env ids
 from agentgym.eval.grid import EvalGrid, run_grid
 from agentgym.eval.results import ResultsFile
+from agentgym.eval.transcripts import TranscriptFile, transcripts_path
 from agentgym.registration import get_entry
 from agentgym.rollout.async_runner import DynamicBatcher
 from agentgym.rollout.policy import OraclePolicy, RandomPolicy
@@ -78,13 +79,21 @@ def test_default_schedule_async_for_text_policies_lockstep_for_privileged():
 def test_eval_grid_async_equals_lockstep_with_trials_seeds_and_resume(tmp_path):
     """Rows (rewards, turns, per-request usage) are identical up to order and timing; an interrupted async run resumes
     and plays each remaining episode exactly once."""
+    def untimed(usage):
+        return None if usage is None else {k: v for k, v in usage.items() if k not in TIMING}
+
     def rows(path):
+        """Each row with its transcript (prompts, responses, observations, infos: the turn records) in place of
+        the transcript's random id, timing fields removed."""
+        transcripts = TranscriptFile(transcripts_path(path)).read()
         out = []
         for r in ResultsFile(path).read():
             r = dict(r)
             r.pop("wall_s")
             r.pop("policy_latency_s", None)
-            r["requests"] = [{k: v for k, v in q.items() if k not in TIMING} for q in r.get("requests", [])]
+            r["requests"] = [untimed(q) for q in r.get("requests", [])]
+            tr = transcripts[r.pop("transcript_id")]
+            r["transcript"] = {**tr, "turns": [{**t, "usage": untimed(t["usage"])} for t in tr["turns"]]}
             out.append(json.dumps(r, sort_keys=True))
         return sorted(out)
 
