@@ -106,7 +106,7 @@ def test_generated_games_are_distinct_and_verified():
 
 def test_generation_is_deterministic_per_seed(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    assert generate_main(["--out", str(a), "--n", "2", "--seed", "7", "--start", "5"]) == 0
+    assert generate_main(["generate", "--out", str(a), "--n", "2", "--seed", "7", "--start", "5"]) == 0
     write_game(b / "generated", generate_game(7, 5))
     write_game(b / "generated", generate_game(7, 6))
     files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
@@ -116,6 +116,28 @@ def test_generation_is_deterministic_per_seed(tmp_path):
         assert (a / rel).read_bytes() == (b / rel).read_bytes()
     game5 = next(a / rel for rel in files_a if rel.name == "game.tw-pddl" and "-5" in str(rel.parent.parent))
     assert generate_game(8, 5).gamedata["pddl_problem"] != json.loads(game5.read_text())["pddl_problem"]
+
+
+def test_documented_generate_command_runs(tmp_path):
+    """``agentgym alfworld generate --out DIR --n N`` exactly as both READMEs write it (it used to exit 2 with
+    ``unrecognized arguments: generate``), through the installed console script; the games land in ALFWorld's
+    layout and alfworld's own game filter (AlfredTWEnv.collect_game_files) would keep them."""
+    import shutil as _shutil
+    import subprocess
+    import sys
+
+    exe = _shutil.which("agentgym") or str(Path(sys.executable).with_name("agentgym"))
+    res = subprocess.run([exe, "alfworld", "generate", "--out", str(tmp_path), "--n", "1"], capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"wrote 1 games under {tmp_path / 'generated'}" in res.stdout
+    (game,) = tmp_path.glob("generated/*/trial_*/game.tw-pddl")
+    data = json.loads(game.read_text())
+    traj = json.loads((game.parent / "traj_data.json").read_text())
+    assert data["solvable"] is True and traj["task_type"] == FAMILIES[0] == game.parent.parent.name.split("-")[0]
+    bad = subprocess.run([exe, "alfworld", "generate", "--out", str(tmp_path), "--n", "-1"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "--n must be >= 0" in bad.stderr
 
 
 def test_empty_official_data_fails_at_once(tmp_path, monkeypatch):
