@@ -102,8 +102,12 @@ def test_untagged_response_is_flagged_not_raised(env_id):
     env.reset(seed=0)
     obs, r, term, trunc, info = env.step("I think I should do something clever here.")
     assert info["action_valid"] is False and info["action"] is None
-    assert "Invalid action" in obs or "invalid" in obs.lower()
     assert info["invalid_reason"]
+    if env.run_identity().get("rules") == "canonical":
+        # Canonical rules play it as the empty command: the agent reads only the canonical env's own answer.
+        assert "invalid action" not in obs.lower()
+    else:
+        assert "Invalid action" in obs or "invalid" in obs.lower()
 
 
 @pytest.mark.parametrize("env_id", sorted(ENTRIES))
