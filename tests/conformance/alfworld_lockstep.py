@@ -21,6 +21,7 @@ earlier, a wrong source), non-commands, the empty command, an empty ``<action>``
 Run a larger check by hand on fresh games and seeds (generates the games with ``agentgym alfworld generate``)::
 
     python tests/conformance/alfworld_lockstep.py --games 36 --game-seed 777 --episodes 72 --seed 777
+    python tests/conformance/alfworld_lockstep.py --train-eval eval_out_of_distribution ...   # no expert in the env
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def _not_admissible(adm: list[str], pool: list[str], rng: np.random.Generator) -
 
 #: kind -> weight. Each step draws a kind, then a command of that kind; "response" kinds also shape the response.
 KINDS = {
-    "expert": 8, "admissible": 6, "help": 0.3, "case": 2, "double_space": 1.2, "tab": 0.8, "newline": 0.4,
+    "expert": 3, "admissible": 6, "help": 0.3, "case": 2, "double_space": 1.2, "tab": 0.8, "newline": 0.4,
     "unicode_space": 1.2, "period": 1.2, "mark": 0.4, "surrounding_space": 1.2, "older_wording": 1.5,
     "not_admissible": 3, "non_command": 0.8, "empty_command": 0.4, "blank_command": 0.4, "empty_tag": 0.3,
     "no_tag": 0.5,
@@ -264,9 +265,15 @@ def _compare(where: str, ours: dict, theirs: dict, report: Report) -> bool:
     return True
 
 
+#: AlfredTWEnv's train_eval mode -> the folder its base_config.yaml reads under $ALFWORLD_DATA/json_2.1.1.
+SPLIT_OF_MODE = {"train": "train", "eval_in_distribution": "valid_seen", "eval_out_of_distribution": "valid_unseen"}
+
+
 def run_lockstep(data_root: Path, config: Path, *, episodes: int, seed: int, max_steps: int = 50,
-                 train_eval: str = "train", deadline_s: float | None = None) -> Report:
-    """Play ``episodes`` canonical resets of the games under ``data_root/json_2.1.1/<split>`` in lockstep."""
+                 train_eval: str = "train") -> Report:
+    """Play ``episodes`` canonical resets of the games under ``data_root/json_2.1.1/SPLIT_OF_MODE[train_eval]`` in
+    lockstep. ``train`` mode has alfworld's handcoded expert in the canonical env, which guides the episodes; the eval
+    modes have none, and the game's walkthrough guides them instead."""
     import agentgym
 
     rng = np.random.default_rng(seed)
@@ -277,8 +284,6 @@ def run_lockstep(data_root: Path, config: Path, *, episodes: int, seed: int, max
     assert env.run_identity() == {"rules": "canonical"}
     try:
         for ep in range(episodes):
-            if deadline_s is not None and time.monotonic() - t0 > deadline_s:
-                break
             tr = time.monotonic()
             c = canon.ask(op="reset")
             if "error" in c:
@@ -297,9 +302,14 @@ def run_lockstep(data_root: Path, config: Path, *, episodes: int, seed: int, max
             if not _compare(f"{game} reset (episode {ep})", ours, theirs, report):
                 continue
             pool: list[str] = list(c["admissible"])
-            p_expert = (0.1, 0.3, 0.6)[ep % 3]  # short winning episodes and long 50-step ones
+            walkthrough = json.loads(Path(c["gamefile"]).read_text()).get("walkthrough") or []
+            pos = 0  # next walkthrough command: the guide where the canonical env has no expert (eval modes)
+            p_expert = (0.05, 0.25, 0.5)[ep % 3]  # long 50-step episodes and shorter winning ones
             for t in range(max_steps):
-                kind, cmd, response = choose(rng, c["admissible"], c["expert"], pool, p_expert)
+                guide = c["expert"]
+                if guide is None and pos < len(walkthrough) and walkthrough[pos] in c["admissible"]:
+                    guide = walkthrough[pos]
+                kind, cmd, response = choose(rng, c["admissible"], guide, pool, p_expert)
                 canon.send(op="step", command=cmd)
                 ts = time.monotonic()
                 obs, r, term, trunc, info = env.step(response)  # runs while the canonical process works
@@ -325,6 +335,8 @@ def run_lockstep(data_root: Path, config: Path, *, episodes: int, seed: int, max
                     report.mismatches.append({"where": f"{game} step {t + 1}", "fields": ["reward"], "reward": r})
                     break
                 pool.extend(a for a in c["admissible"] if a not in pool)
+                if pos < len(walkthrough) and cmd.strip() == walkthrough[pos] and info["process_ok"]:
+                    pos += 1
                 if c["done"]:
                     report.wins += c["won"]
                     report.truncations += not c["won"]
@@ -360,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=777, help="seed of the command choices")
     p.add_argument("--config", default=None, help="alfworld base_config.yaml (default: the staged shared copy)")
     p.add_argument("--workdir", default=None, help="where the games go (default: a temporary folder)")
+    p.add_argument("--train-eval", default="train", choices=sorted(SPLIT_OF_MODE),
+                   help="AlfredTWEnv's mode (train: with its handcoded expert, as base_config.yaml builds it)")
     args = p.parse_args(argv)
     import tempfile
 
@@ -367,10 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="alfworld-lockstep-"))
     t = time.monotonic()
     subprocess.run([str(Path(sys.executable).with_name("agentgym")), "alfworld", "generate", "--out",
-                    str(root / "json_2.1.1"), "--split", "train", "--n", str(args.games), "--seed",
-                    str(args.game_seed)], check=True)
+                    str(root / "json_2.1.1"), "--split", SPLIT_OF_MODE[args.train_eval], "--n", str(args.games),
+                    "--seed", str(args.game_seed)], check=True)
     sys.stdout.write(f"generated {args.games} games (seed {args.game_seed}) in {time.monotonic() - t:.0f} s\n")
-    report = run_lockstep(root, config, episodes=args.episodes, seed=args.seed)
+    report = run_lockstep(root, config, episodes=args.episodes, seed=args.seed, train_eval=args.train_eval)
     sys.stdout.write(report.summary() + "\n")
     for m in report.mismatches[:10] + report.canonical_errors[:10]:
         sys.stdout.write(json.dumps(m)[:2000] + "\n")
