@@ -20,7 +20,7 @@ earlier, a wrong source), non-commands, the empty command, an empty ``<action>``
 
 Run a larger check by hand on fresh games and seeds (generates the games with ``agentgym alfworld generate``)::
 
-    python tests/conformance/alfworld_lockstep.py --games 36 --game-seed 777 --episodes 72 --seed 777
+    python tests/conformance/alfworld_lockstep.py --games 36 --game-seed 9001 --episodes 72 --seed 9001
     python tests/conformance/alfworld_lockstep.py --train-eval eval_out_of_distribution ...   # no expert in the env
 """
 
