@@ -10,7 +10,9 @@ An :class:`AgentEnv` is a ``gymnasium.Env[str, str]`` for one multi-turn text ta
 * **step(action) -> (observation, reward, terminated, truncated, info).** ``action`` is the *raw model response*.
   The env parses it: the first well-formed ``<action>...</action>`` body by default (an env may read other tags,
   see ``action_tags``). A response that does not parse, or a command the env does not understand, never raises:
-  the observation says what was wrong, ``info["action_valid"]`` is False, and ``invalid_action_penalty`` is
+  the observation says what was wrong (an env playing a benchmark's canonical rules shows the canonical env's own
+  answer instead, e.g. to the empty command, and says why only in ``info``), ``info["action_valid"]`` is False,
+  and ``invalid_action_penalty`` is
   subtracted from the reward (0 by default, so rewards are the benchmark's own; estimators can apply the penalty
   from the ``valid_action`` column instead — use one or the other). A well-formed command that cannot be carried
   out (a craft without its ingredients, an inadmissible move) keeps ``action_valid`` True and sets ``process_ok``

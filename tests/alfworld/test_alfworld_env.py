@@ -60,7 +60,8 @@ def test_oracle_wins_every_generated_game(env, family):
 
 def test_cli_eval_oracle_reports_100_percent_per_family_in_the_papers_order(tmp_path):
     """The issue's acceptance command: ``agentgym eval ALFWorld-v0 --split generated --policy oracle`` over the 60
-    cached games, in two worker processes; the table has the papers' rows (Pick, Look, Clean, Heat, Cool, Pick2)."""
+    cached games, in two worker processes, under the default (canonical) rules; the table has the papers' rows
+    (Pick, Look, Clean, Heat, Cool, Pick2)."""
     import subprocess
     import sys
 
@@ -69,6 +70,7 @@ def test_cli_eval_oracle_reports_100_percent_per_family_in_the_papers_order(tmp_
                           "--policy", "oracle", "--workers", "2", "--out", str(out)],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.splitlines()[0] == "rules: canonical"  # the default rules, named above the table
     rows = [line.split("|")[1:4] for line in res.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     table = {fam.strip(): (int(eps), int(wins)) for fam, eps, wins in rows[1:]}
     assert list(table) == ["Pick", "Look", "Clean", "Heat", "Cool", "Pick2", "All"]
@@ -106,7 +108,7 @@ def test_generated_games_are_distinct_and_verified():
 
 def test_generation_is_deterministic_per_seed(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    assert generate_main(["--out", str(a), "--n", "2", "--seed", "7", "--start", "5"]) == 0
+    assert generate_main(["generate", "--out", str(a), "--n", "2", "--seed", "7", "--start", "5"]) == 0
     write_game(b / "generated", generate_game(7, 5))
     write_game(b / "generated", generate_game(7, 6))
     files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
@@ -116,6 +118,28 @@ def test_generation_is_deterministic_per_seed(tmp_path):
         assert (a / rel).read_bytes() == (b / rel).read_bytes()
     game5 = next(a / rel for rel in files_a if rel.name == "game.tw-pddl" and "-5" in str(rel.parent.parent))
     assert generate_game(8, 5).gamedata["pddl_problem"] != json.loads(game5.read_text())["pddl_problem"]
+
+
+def test_documented_generate_command_runs(tmp_path):
+    """``agentgym alfworld generate --out DIR --n N`` exactly as both READMEs write it (it used to exit 2 with
+    ``unrecognized arguments: generate``), through the installed console script; the games land in ALFWorld's
+    layout and alfworld's own game filter (AlfredTWEnv.collect_game_files) would keep them."""
+    import shutil as _shutil
+    import subprocess
+    import sys
+
+    exe = _shutil.which("agentgym") or str(Path(sys.executable).with_name("agentgym"))
+    res = subprocess.run([exe, "alfworld", "generate", "--out", str(tmp_path), "--n", "1"], capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"wrote 1 games under {tmp_path / 'generated'}" in res.stdout
+    (game,) = tmp_path.glob("generated/*/trial_*/game.tw-pddl")
+    data = json.loads(game.read_text())
+    traj = json.loads((game.parent / "traj_data.json").read_text())
+    assert data["solvable"] is True and traj["task_type"] == FAMILIES[0] == game.parent.parent.name.split("-")[0]
+    bad = subprocess.run([exe, "alfworld", "generate", "--out", str(tmp_path), "--n", "-1"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "--n must be >= 0" in bad.stderr
 
 
 def test_empty_official_data_fails_at_once(tmp_path, monkeypatch):
@@ -212,6 +236,7 @@ def test_staged_alfred_trajectory_fixture_reads_through_the_loader(tmp_path, sha
 
 
 def test_commands_feedback_info_and_hash(env):
+    assert env.rules == "canonical" and env.run_identity() == {"rules": "canonical"}
     obs, info = env.reset(options={"task_id": "gen-2"})  # a clean task
     assert info["task_type"] == "pick_clean_then_place_in_recep" and info["family"] == "Clean"
     assert info["progress"] == 0.0
@@ -222,11 +247,12 @@ def test_commands_feedback_info_and_hash(env):
     assert info["action_valid"] and info["action_admissible"] is False and info["process_ok"] is False
     assert env.last_observation == "Nothing happens." and r == 0.0
     h_nothing_start = info["obs_hash"]
-    obs, _, _, _, info = env.step("<action>dance wildly</action>")  # not a command at all
-    assert info["action_valid"] is False and "Invalid action" in obs
+    obs, _, _, _, info = env.step("<action>dance wildly</action>")  # not a command at all: ALFWorld's words only
+    assert obs == "Nothing happens." and info["action_valid"] is False
+    assert info["invalid_reason"] == "'dance wildly' is not an ALFWorld command"
     go = next(a for a in adm if a.startswith("go to "))
-    obs, _, _, _, info = env.step(f"<action>  {go.upper()}. </action>")  # case/space/period tolerant
-    assert info["action_admissible"] and info["process_ok"] and info["action"].strip().startswith(go.upper())
+    obs, _, _, _, info = env.step(f"<action>  {go}  </action>")  # surrounding spaces: stripped, as ALFWorld does
+    assert info["action_admissible"] and info["process_ok"] and info["action"] == go and obs.startswith("You arrive")
     env.step("<action>go to nowhere 7</action>")
     # "Nothing happens." in another state hashes differently; the same state and text hash the same.
     assert env.last_observation == "Nothing happens."
@@ -235,15 +261,92 @@ def test_commands_feedback_info_and_hash(env):
     assert env.step("<action>go to nowhere 9</action>")[4]["obs_hash"] == h_nothing_start != h0
 
 
+def _issue_variants(go: str) -> list[str]:
+    """The off-script spellings issue 15 lists, built from an admissible ``go to <recep> <n>``."""
+    return [go.upper(), go.replace(" ", "  ", 1), go + ".", go.replace(" ", "\t", 1),
+            go.rsplit(" ", 2)[0] + "\u2003" + " ".join(go.rsplit(" ", 2)[1:]), go.replace(" ", "\u00a0"),
+            go.title(), go + " .", "", "   "]
+
+
+def test_canonical_rules_run_only_exact_admissible_commands(env):
+    """ALFWorld's PddlEnv.step strips the command and looks it up exactly: every other spelling is 'Nothing
+    happens.', changes nothing, and the observation carries no hint (the did-you-mean is in info)."""
+    obs0, info0 = env.reset(options={"task_id": "gen-2"})
+    go = next(a for a in info0["admissible_actions"] if a.startswith("go to "))
+    for variant in _issue_variants(go):
+        obs, r, term, trunc, info = env.step(f"<action>{variant}</action>")
+        assert obs == "Nothing happens." and r == 0.0 and not term, variant
+        assert info["action_admissible"] is not True and info["process_ok"] is not True, variant
+        assert info["admissible_actions"] == info0["admissible_actions"], "a refused command changed the state"
+        if variant.strip():
+            assert info["action_valid"] and f"did you mean {go!r}?" in info["invalid_reason"], variant
+        else:  # an empty <action> tag does not parse: played as the empty command
+            assert info["action_valid"] is False and info["invalid_reason"] == "the <action> tag is empty"
+    # No <action> tag at all: the empty command too; the parse problem is in info only.
+    obs, _, _, _, info = env.step("I would go to the sink basin now.")
+    assert obs == "Nothing happens." and info["action_valid"] is False and info["action"] is None
+    assert "no well-formed <action>" in info["invalid_reason"]
+    assert env.last_observation == "Nothing happens." and env.prompt().count("Nothing happens.") >= 1
+    obs, _, _, _, info = env.step(f"<action>{go}</action>")
+    assert info["process_ok"] and obs.startswith("You arrive")
+
+
+def test_lenient_rules_read_case_spaces_periods_and_give_hints():
+    lenient = agentgym.make("ALFWorld-v0", rules="lenient")
+    assert lenient.run_identity() == {"rules": "lenient"}
+    _, info = lenient.reset(options={"task_id": "gen-2"})
+    go = next(a for a in info["admissible_actions"] if a.startswith("go to "))
+    for variant in _issue_variants(go)[:-2]:
+        lenient.reset(options={"task_id": "gen-2"})
+        obs, _, _, _, info = lenient.step(f"<action>{variant}</action>")
+        assert info["process_ok"] and obs.startswith("You arrive"), variant
+    obs, _, _, _, info = lenient.step("<action>dance wildly</action>")
+    assert info["action_valid"] is False and obs.startswith("Nothing happens. (Invalid action: ")
+    obs, _, _, _, info = lenient.step("no tag here")
+    assert obs.startswith("Invalid action: ") and info["action_valid"] is False
+
+
+def test_rules_option_default_and_errors():
+    from agentgym.envs.alfworld.env import SPLITS, default_rules
+
+    assert {s: default_rules(s) for s in SPLITS} == dict.fromkeys(SPLITS, "canonical")
+    with pytest.raises(ValueError, match="rules must be one of"):
+        agentgym.make("ALFWorld-v0", rules="friendly")
+    with pytest.raises(TaskError):
+        default_rules("valid_train")
+
+
+def test_eval_rows_record_the_rules_and_refuse_to_mix_them(tmp_path):
+    from agentgym.eval.grid import EvalGrid, run_grid
+    from agentgym.eval.results import ResultsMismatchError
+    from agentgym.rollout.policy import OraclePolicy
+
+    out = tmp_path / "alf.jsonl"
+    rows = run_grid(EvalGrid(env_id="ALFWorld-v0", split="generated", episodes=1), OraclePolicy(), str(out))
+    assert len(rows) == 1 and rows[0]["rules"] == "canonical" and rows[0]["won"]
+    with pytest.raises(ResultsMismatchError, match="rules: 'canonical' there, 'lenient' now"):
+        run_grid(EvalGrid(env_id="ALFWorld-v0", split="generated", episodes=1, env_kwargs={"rules": "lenient"}),
+                 OraclePolicy(), str(out))
+
+
 def test_old_put_wording_and_progress(env):
-    env.reset(options={"task_id": "gen-0"})  # pick and place
-    walkthrough = env._oracle.walkthrough
-    for cmd in walkthrough[:-1]:
-        env.step(f"<action>{cmd}</action>")
+    lenient = agentgym.make("ALFWorld-v0", rules="lenient")
+    for e in (env, lenient):
+        e.reset(options={"task_id": "gen-0"})  # pick and place
+        walkthrough = e._oracle.walkthrough
+        for cmd in walkthrough[:-1]:
+            e.step(f"<action>{cmd}</action>")
     last = walkthrough[-1]
     assert last.startswith("move ")
     obj, recep = last[5:].split(" to ")
-    _, r, term, _, info = env.step(f"<action>put {obj} in/on {recep}</action>")
+    # ALFWorld 0.4.2's grammar says "move X to Y"; the older "put X in/on Y" is not a command of it.
+    for older in (f"put {obj} in/on {recep}", f"put {obj} in {recep}"):
+        obs, r, term, _, info = env.step(f"<action>{older}</action>")
+        assert obs == "Nothing happens." and r == 0.0 and not term and f"did you mean {last!r}?" in \
+            info["invalid_reason"]
+    _, r, term, _, info = env.step(f"<action>{last}</action>")
+    assert r == 1.0 and term and info["won"] and info["progress"] == 1.0 and info["score"] == 1.0
+    _, r, term, _, info = lenient.step(f"<action>put {obj} in/on {recep}</action>")  # the lenient reading
     assert r == 1.0 and term and info["won"] and info["progress"] == 1.0 and info["score"] == 1.0
 
 

@@ -6,19 +6,34 @@ Select a game with ``reset(options={"game": path})`` (a ``game.tw-pddl`` file or
 ``{"task_index": i}``, or let ``reset(seed=...)`` draw one of the split with ``self.np_random``.
 
 Commands are ALFWorld's (``go to X``, ``open X``, ``close X``, ``take X from Y``, ``move X to Y``, ``heat/cool/clean X
-with Y``, ``use X``, ``examine X``, ``look``, ``inventory``), read from the first ``<action>...</action>``; case, extra
-spaces and a trailing period are ignored, and the older ``put X in/on Y`` is read as ``move X to Y``.
+with Y``, ``use X``, ``examine X``, ``look``, ``inventory``, ``help``), read from the first ``<action>...</action>``.
+How a command is matched is the ``rules`` option (a run's identity: :meth:`ALFWorldEnv.run_identity`):
+
+* ``rules="canonical"`` (the default on every split, official and generated): exactly alfworld 0.4.2's
+  ``AlfredTWEnv``. TextWorld's ``PddlEnv.step`` strips the command (``str.strip``) and looks it up *exactly* in the
+  admissible commands; anything else -- other letter case, doubled, Unicode or tab spaces inside, a final period,
+  the older ``put X in/on Y`` wording, the empty command -- is answered ``Nothing happens.`` and changes nothing.
+  The observation is always the engine's text; why a command was not run goes only into ``info``
+  (``invalid_reason``, with a did-you-mean where the lenient reading would have run it). A response without a
+  parsable ``<action>`` tag is played as the empty command, so the agent reads ``Nothing happens.``.
+* ``rules="lenient"``: agentgym's friendlier reading. Case, runs of whitespace and a trailing period are ignored, the
+  older ``put X in/on Y`` is read as ``move X to Y``, a text that is no ALFWorld command at all is answered
+  ``Nothing happens. (Invalid action: ...)``, and an unparsable response gets agentgym's parse-error text.
+
+Under both rules:
 
 * An admissible command runs in the engine: ``process_ok`` True, the engine's feedback is the observation.
-* A well-formed command that is not admissible gets the engine's own reply, ``Nothing happens.``, and changes
-  nothing (``action_admissible`` and ``process_ok`` False, ``action_valid`` True).
-* Anything else (an unknown verb) is invalid: ``action_valid`` False and the observation says so.
+* A command that is not run gets the engine's reply ``Nothing happens.`` and changes nothing (``action_admissible``
+  and ``process_ok`` False); ``action_valid`` says whether its normalized text has the shape of an ALFWorld command
+  (so ``dance wildly`` is invalid and ``go to nowhere 7`` or ``GO TO CABINET 8`` are valid), which is what
+  ``invalid_action_penalty`` reads.
 
 Reward 1.0 on the step that wins (the engine's ``won``: the PDDL goal holds), then ``terminated``; 0 otherwise.
 ``info`` adds ``family`` (the papers' column: Pick, Look, Clean, Heat, Cool, Pick2) and ``task_type`` (ALFWorld's
 name, e.g. ``pick_heat_then_place_in_recep``) to the contract keys; ``admissible_actions`` is the engine's list without
-``help``; ``progress`` is the fraction of the family's goal conditions that hold (e.g. heat: an object of the
-target type is hot; a hot one is in the target receptacle type), 1.0 once won.
+``help`` (as verl-agent's prompt lists it; ``help`` itself still runs); ``progress`` is the fraction of the family's
+goal conditions that hold (e.g. heat: an object of the target type is hot; a hot one is in the target receptacle
+type), 1.0 once won.
 
 ``obs_hash`` is :func:`agentgym.hashing.obs_hash` of one text: the observation this step returned (the engine's
 feedback, or the invalid-action note), a newline, then the engine's *dynamic* facts, one per line, sorted, each its
@@ -39,7 +54,8 @@ the env is built that says where to get them).
 
 Splits: ``generated`` (default; see :mod:`.games`), ``train``, ``valid_seen``, ``valid_unseen`` (official files under
 ``data_path`` or ``$ALFWORLD_DATA``). The oracle is alfworld's expert (:mod:`.oracle`); the random policy draws from
-the admissible commands.
+the admissible commands. Every remaining difference from ``AlfredTWEnv`` is listed, with its reason, in this
+package's README.md; ``tests/conformance/test_alfworld_conformance.py`` plays both in lockstep.
 """
 
 from __future__ import annotations
@@ -65,11 +81,15 @@ from .prompts import ALFWORLD_TEMPLATE
 from .prompts import react_examples as react_examples_text
 from .scenes import FAMILIES, FAMILY_SHORT
 
-__all__ = ["ALFWorldEnv", "SPLITS"]
+__all__ = ["ALFWorldEnv", "SPLITS", "RULES", "default_rules"]
 
 logger = logging.getLogger(__name__)
 
 SPLITS = ("generated",) + OFFICIAL_SPLITS
+#: How commands are matched (see the module docstring): ALFWorld's exact match, or agentgym's friendlier reading.
+RULES = ("canonical", "lenient")
+#: The engine's answer to any command that is not admissible (TextWorld's ``PddlEnv.step``).
+NOTHING_HAPPENS = "Nothing happens."
 _OPTION_KEYS = {"game", "task_id", "task_index"}
 _GEN_ID = re.compile(r"^gen-(?:(\d+)-)?(\d+)$")
 _DYNAMIC = frozenset({"atlocation", "holds", "holdsany", "inreceptacle", "inreceptacleobject", "opened", "isclean",
@@ -108,6 +128,26 @@ def _normalize(command: str) -> str:
     return cmd.rstrip(".").strip()
 
 
+def default_rules(split: str) -> str:
+    """The rules a split plays by unless ``rules=`` says otherwise: ``canonical`` on every split. The official
+    splits are ALFWorld's own games, and the generated games follow ALFWorld's layout, grammar and goal templates, so
+    a score on either is only comparable with ALFWorld numbers if the commands are matched as ALFWorld matches them."""
+    if split not in SPLITS:
+        raise TaskError(f"unknown ALFWorld split {split!r}; choose from {SPLITS}")
+    return "canonical"
+
+
+def _lenient_command(command: str, admissible: list[str]) -> str:
+    """The command the lenient rules read ``command`` as: case, whitespace runs and a final period ignored, the
+    older ``put X in/on Y`` read as ``move X to Y`` when that is admissible."""
+    cmd = _normalize(command)
+    m = _PUT.match(cmd)
+    if m and cmd not in admissible:  # the older grammar's wording of the same action
+        alias = f"move {m.group(1)} to {m.group(2)}"
+        cmd = alias if alias in admissible else cmd
+    return cmd
+
+
 class ALFWorldEnv(AgentEnv):
     """ALFWorld-v0; see the module docstring.
 
@@ -119,6 +159,9 @@ class ALFWorldEnv(AgentEnv):
         react_examples: 0 (default) for the plain Appendix J prompt, or 1..3 ReAct few-shot examples of the
             task's family prepended to the prompt (needs ReAct's prompt files, see :mod:`.prompts`); ``react_style``:
             ``"react"`` or ``"act"``.
+        rules: ``"canonical"`` (ALFWorld's exact command match and texts) or ``"lenient"`` (agentgym's friendlier
+            reading); default :func:`default_rules` of the split (``canonical`` everywhere). Part of the run's
+            identity (:meth:`run_identity`), so results under other rules are never mixed.
         max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`
             (ALFWorld's usual budget of 50 steps by default).
     """
@@ -130,16 +173,19 @@ class ALFWorldEnv(AgentEnv):
 
     def __init__(self, split: str = "generated", *, data_path: str | os.PathLike | None = None,
                  generated_size: int = GENERATED_SIZE, react_examples: int = 0, react_style: str = "react",
-                 max_turns: int = 50, invalid_action_penalty: float = 0.0, history_length: int = 2,
-                 render_mode: str | None = None):
+                 rules: str | None = None, max_turns: int = 50, invalid_action_penalty: float = 0.0,
+                 history_length: int = 2, render_mode: str | None = None):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
                          history_length=history_length, render_mode=render_mode)
         if split not in SPLITS:
             raise TaskError(f"unknown ALFWorld split {split!r}; choose from {SPLITS}")
         if not 0 <= int(react_examples) <= 3:
             raise ValueError("react_examples must be 0..3")
+        if rules is not None and rules not in RULES:
+            raise ValueError(f"rules must be one of {RULES}, got {rules!r}")
         require_engine()
         self.split = split
+        self.rules = rules if rules is not None else default_rules(split)
         self.react_examples = int(react_examples)
         self.react_style = react_style
         if self.react_examples:
@@ -238,21 +284,40 @@ class ALFWorldEnv(AgentEnv):
 
     def _execute(self, command: str, parsed: ParsedAction) -> StepOutcome:
         assert self._state is not None and self._engine is not None
-        cmd = _normalize(command)
-        admissible = self._state.admissible
-        m = _PUT.match(cmd)
-        if m and cmd not in admissible:  # the older grammar's wording of the same action
-            alias = f"move {m.group(1)} to {m.group(2)}"
-            cmd = alias if alias in admissible else cmd
-        if cmd not in admissible:
+        if self.rules == "canonical":
+            cmd = command.strip()  # TextWorld's PddlEnv.step strips, then matches exactly
+            if cmd in self._state.admissible:
+                return self._run(cmd)
+            return StepOutcome(NOTHING_HAPPENS, valid=bool(_COMMAND.match(_normalize(cmd))), admissible=False,
+                               process_ok=False, invalid_reason=self._why_not_run(cmd))
+        cmd = _lenient_command(command, self._state.admissible)
+        if cmd not in self._state.admissible:
             if not _COMMAND.match(cmd):
                 reason = f"{command.strip()[:80]!r} is not an ALFWorld command"
-                return StepOutcome(f"Nothing happens. (Invalid action: {reason}; choose one of the admissible "
+                return StepOutcome(f"{NOTHING_HAPPENS} (Invalid action: {reason}; choose one of the admissible "
                                    "actions.)", valid=False, admissible=False, process_ok=False,
                                    invalid_reason=reason)
             # The engine's reply to an inadmissible command; its state does not change, so it is not stepped.
-            return StepOutcome("Nothing happens.", admissible=False, process_ok=False,
+            return StepOutcome(NOTHING_HAPPENS, admissible=False, process_ok=False,
                                invalid_reason=f"{cmd!r} is not admissible here")
+        return self._run(cmd)
+
+    def _why_not_run(self, cmd: str) -> str:
+        """The diagnostic of a command the canonical rules did not run (for ``info``, never the observation)."""
+        assert self._state is not None
+        if not cmd:
+            return "the empty command is not an ALFWorld command (the engine answers 'Nothing happens.')"
+        meant = _lenient_command(cmd, self._state.admissible)
+        if meant in self._state.admissible:
+            return (f"{cmd[:80]!r} is not admissible as typed: ALFWorld matches commands exactly (letter case, "
+                    f"single spaces, no final period, 'move X to Y'); did you mean {meant!r}?")
+        if not _COMMAND.match(_normalize(cmd)):
+            return f"{cmd[:80]!r} is not an ALFWorld command"
+        return f"{cmd[:80]!r} is not admissible here"
+
+    def _run(self, cmd: str) -> StepOutcome:
+        """Step the engine with an admissible command."""
+        assert self._state is not None and self._engine is not None
         before = self._dynamic
         self._state = self._engine.step(cmd)
         self._dynamic = self._dynamic_facts(self._state)
@@ -261,6 +326,13 @@ class ALFWorldEnv(AgentEnv):
         self._won = self._won or self._state.won
         return StepOutcome(self._state.feedback, reward=1.0 if won_now else 0.0, terminated=self._state.won,
                            admissible=True, process_ok=True)
+
+    def _invalid_observation(self, problem: str | None) -> str:
+        # A response without a parsable <action> tag: the canonical rules play it as the empty command, which is never
+        # admissible, so the agent reads the engine's answer; the parse problem goes to info["invalid_reason"].
+        if self.rules == "canonical":
+            return NOTHING_HAPPENS
+        return super()._invalid_observation(problem)
 
     # ---- contract hooks -----------------------------------------------------------------------------------
     def admissible_actions(self) -> list[str] | None:
@@ -278,6 +350,10 @@ class ALFWorldEnv(AgentEnv):
             examples = react_examples_text(self.task.family, self.react_examples, style=self.react_style)
         return {"task": self._task_text, "admissible_actions": "\n ".join(f"'{a}'" for a in adm),
                 "examples": examples}
+
+    def run_identity(self) -> dict[str, Any]:
+        """``{"rules": "canonical"|"lenient"}``: the command-matching rules this env plays by (resolved default)."""
+        return {"rules": self.rules}
 
     def task_metadata(self) -> dict[str, Any]:
         """``family``: the papers' column name (Pick, Look, Clean, Heat, Cool, Pick2); ``task_type``: ALFWorld's."""

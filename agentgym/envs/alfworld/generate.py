@@ -12,7 +12,7 @@ expert is not used here: Fast Downward's search takes minutes on some pick-two s
 ``game.tw-pddl`` holds the ``alfred.pddl`` domain and ``alfred.twl2`` grammar shipped in the alfworld wheel (with the
 task text substituted for ``UNKNOWN GOAL``, as ``add_task_to_grammar`` does) and the generated PDDL problem;
 ``traj_data.json`` holds ALFRED's ``task_type`` and ``pddl_params`` (which the handcoded expert reads) plus the scene
-summary. Same seed and index, same bytes. CLI: ``main(argv)`` (``agentgym alfworld generate``).
+summary. Same seed and index, same bytes. CLI: ``agentgym alfworld generate --out DIR --n N`` (:func:`main`).
 """
 
 from __future__ import annotations
@@ -245,18 +245,31 @@ def generate(out: str | Path, n: int, seed: int = 0, *, split: str = "generated"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``agentgym alfworld generate --out DIR --n N --seed S [--split NAME] [--start I] [--family F ...]``."""
-    parser = argparse.ArgumentParser(prog="agentgym alfworld generate",
-                                     description="Write expert-verified ALFWorld games in the official layout.")
-    parser.add_argument("--out", required=True, help="output root; games go to OUT/<split>/<task>/<trial>/")
-    parser.add_argument("--n", type=int, required=True, help="number of games")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--split", default="generated", help="split folder name (default: generated)")
-    parser.add_argument("--start", type=int, default=0, help="first game index")
-    parser.add_argument("--family", action="append", choices=FAMILIES, help="restrict to these families")
+    """``agentgym alfworld generate --out DIR --n N [--seed S] [--split NAME] [--start I] [--family F ...]``.
+
+    ``argv`` is what follows ``agentgym alfworld`` (the subcommand first), as :func:`agentgym.cli.main` passes it.
+    """
+    parser = argparse.ArgumentParser(prog="agentgym alfworld", description="ALFWorld tools.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", description="Write expert-verified ALFWorld games in the official layout.",
+                       help="write expert-verified games in ALFWorld's layout (OUT/<split>/<task>/<trial>/)")
+    g.add_argument("--out", required=True, help="output root; games go to OUT/<split>/<task>/<trial>/ (for "
+                                                "alfworld's own AlfredTWEnv: --out $ALFWORLD_DATA/json_2.1.1 "
+                                                "--split train)")
+    g.add_argument("--n", type=int, required=True, help="number of games")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--split", default="generated", help="split folder name (default: generated)")
+    g.add_argument("--start", type=int, default=0, help="first game index")
+    g.add_argument("--family", action="append", choices=FAMILIES, help="restrict to these families")
     args = parser.parse_args(argv)
-    paths = generate(args.out, args.n, args.seed, split=args.split, start=args.start,
-                     families=tuple(args.family) if args.family else None)
+    if args.n < 0:
+        parser.error("--n must be >= 0")
+    try:
+        paths = generate(args.out, args.n, args.seed, split=args.split, start=args.start,
+                         families=tuple(args.family) if args.family else None)
+    except AgentGymError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 2
     sys.stdout.write(f"wrote {len(paths)} games under {Path(args.out) / args.split}\n")
     return 0
 
