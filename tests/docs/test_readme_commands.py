@@ -297,9 +297,9 @@ def check_noun_table(ws: Workspace, proc) -> None:
     assert model.startswith("en_core_web_sm") and len(table) == 1000
 
 
-def _check_games(out: str, n: int) -> Callable:
+def _check_games(out: str, n: int, split: str = "generated") -> Callable:
     def check(ws: Workspace, proc) -> None:
-        games = sorted((ws.root / out).glob("generated/*/*/game.tw-pddl"))
+        games = sorted((ws.root / out).glob(f"{split}/*/*/game.tw-pddl"))
         assert len(games) == n, games
         assert all((g.parent / "traj_data.json").is_file() for g in games)
     return check
@@ -478,6 +478,12 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
     "agentgym alfworld generate --out DIR --n N":
         Run("alfworld-generate", "alfworld generate --out DIR --n 1", expect=(r"wrote 1 games under DIR",),
             check=_check_games("DIR", 1), needs=(("alfworld", "alfworld"), ("textworld", "alfworld"))),
+    # the layout alfworld's own AlfredTWEnv reads ($ALFWORLD_DATA/json_2.1.1/<split>/...): a tmp folder stands in
+    "agentgym alfworld generate --out $ALFWORLD_DATA/json_2.1.1 --split train --n N":
+        Run("alfworld-generate-train", "alfworld generate --out ALFDATA/json_2.1.1 --split train --n 1",
+            expect=(r"wrote 1 games",), check=_check_games("ALFDATA/json_2.1.1", 1, split="train"),
+            needs=(("alfworld", "alfworld"), ("textworld", "alfworld"))),
+    "agentgym alfworld generate": Mention("alfworld generate"),
     "agentgym alfworld generate --out DIR --n N --seed S":
         Run("alfworld-generate-seed", "alfworld generate --out DIR2 --n 1 --seed 3", expect=(r"wrote 1 games",),
             check=_check_games("DIR2", 1), needs=(("alfworld", "alfworld"), ("textworld", "alfworld"))),
