@@ -40,8 +40,9 @@ from ...errors import AGENT_CODE, AgentGymError, EpisodeTimeoutError, ErrorRecor
 from ...parsing import ParsedAction
 from ...prompts import PromptTemplate
 from . import OFFICIAL_SPLITS, OUR_SPLITS
-from .pool import EXPERIMENT, EvaluationError, Worker, WorkerSpec, get_pool, run_evaluator
-from .sandbox import SandboxLimits
+from .pool import (EXPERIMENT, ApiProcess, EvaluationError, EvaluationTimeoutError, Worker, WorkerSpec, get_pool,
+                   run_evaluator)
+from .sandbox import SandboxLimits, allowed_missing, probe, sandbox_mode
 from .setup import require_install
 from .tasks import AppWorldTask, Build, ensure_build, load_tasks, official_root, official_task_ids, scenario_of
 
@@ -109,8 +110,9 @@ class AppWorldEnv(AgentEnv):
 
     def __init__(self, split: str = "test", *, root: str | os.PathLike | None = None,
                  task_dir: str | os.PathLike | None = None, limits: SandboxLimits | None = None,
-                 max_interactions: int = 1000, spares: int = 1, max_turns: int = 30,
-                 invalid_action_penalty: float = 0.0, history_length: int = 2, render_mode: str | None = None):
+                 max_interactions: int = 1000, spares: int = 1, unsafe: bool | str | tuple = False,
+                 max_turns: int = 30, invalid_action_penalty: float = 0.0, history_length: int = 2,
+                 render_mode: str | None = None):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
                          history_length=history_length, render_mode=render_mode)
         if split not in OUR_SPLITS and split not in OFFICIAL_SPLITS:
@@ -122,6 +124,11 @@ class AppWorldEnv(AgentEnv):
         self.limits = limits or SandboxLimits()
         self.max_interactions = int(max_interactions)
         self.spares = spares
+        self.unsafe = unsafe
+        self._allowed_missing = allowed_missing(unsafe)
+        # What this machine can provide; refuse now (SandboxUnavailableError) unless unsafe allows what is missing.
+        self.sandbox_report = probe(str(self.install.python), str(self.install.scratch_dir))
+        self.sandbox = sandbox_mode(self.sandbox_report, unsafe)
         if self.official:
             self._tasks = tuple(AppWorldTask(task_id=t, scenario=scenario_of(t), split=split, official=True)
                                 for t in official_task_ids(split))
@@ -131,6 +138,8 @@ class AppWorldEnv(AgentEnv):
         self._by_id = {t.task_id: t for t in self._tasks}
         self._build: Build | None = None
         self._worker: Worker | None = None
+        self._api: ApiProcess | None = None
+        self._api_calls: dict | None = None
         self._reset_info: dict = {}
         self._evaluation: dict | None = None
         self._progress: float | None = None
@@ -178,24 +187,29 @@ class AppWorldEnv(AgentEnv):
         world, _, _ = self._paths()
         return WorkerSpec(python=str(self.install.python), world_data=world,
                           scratch_dir=str(self.install.scratch_dir), limits=self.limits,
-                          max_interactions=self.max_interactions)
+                          max_interactions=self.max_interactions, use_bwrap=self.sandbox_report.bwrap,
+                          allowed_missing=self._allowed_missing)
 
     def _drop_worker(self) -> None:
-        """Kill the current worker and delete its workspace (one episode per worker process)."""
-        worker, self._worker = self._worker, None
-        if worker is not None:
-            worker.dispose()
+        """Kill the current worker and API process and delete the API process's workspace (one episode per
+        process pair)."""
+        for name in ("_worker", "_api"):
+            child = getattr(self, name)
+            setattr(self, name, None)
+            if child is not None:
+                child.dispose()
 
     def __del__(self) -> None:
-        # Never a call to the fork server here: the garbage collector may run this inside one (its lock is not
-        # reentrant). The pool disposes of the worker later.
-        worker = getattr(self, "_worker", None)
-        if worker is not None:
-            self._worker = None
-            try:
-                worker.abandon()
-            except Exception:  # noqa: BLE001 - interpreter shutdown; the pool's atexit hook cleans up
-                pass
+        # Never a call to a fork server here: the garbage collector may run this inside one (its lock is not
+        # reentrant). The pool disposes of the processes later.
+        for name in ("_worker", "_api"):
+            child = getattr(self, name, None)
+            if child is not None:
+                setattr(self, name, None)
+                try:
+                    child.abandon()
+                except Exception:  # noqa: BLE001 - interpreter shutdown; the pool's atexit hook cleans up
+                    pass
 
     def close(self) -> None:
         self._drop_worker()
@@ -206,11 +220,16 @@ class AppWorldEnv(AgentEnv):
         self._evaluation = None
         self._progress = None
         self._agent_failure = None
-        self._drop_worker()  # a fresh process per episode: no process ever hosts a second world
-        worker = self._worker = get_pool(self._spec(), spares=self.spares).acquire()
+        self._api_calls = None
+        self._drop_worker()  # fresh processes per episode: no process ever hosts a second world
+        spec = self._spec()
+        worker = self._worker = get_pool(spec, spares=self.spares).acquire()
         try:
-            reply = worker.request("reset", timeout=self.limits.start_seconds, task_id=task.task_id,
-                                   experiment=EXPERIMENT)
+            api = self._api = ApiProcess(spec, task.task_id, worker.take_api_peer())
+            reply = api.start()
+            worker.request("reset", timeout=self.limits.start_seconds, task_id=task.task_id, experiment=EXPERIMENT,
+                           datetime=reply["datetime"], api_table=api.server.api_table(),
+                           max_interactions=self.max_interactions, timeout_seconds=self.limits.cell_timeout_seconds)
         except AgentGymError:
             self._drop_worker()
             raise
@@ -222,8 +241,8 @@ class AppWorldEnv(AgentEnv):
                 "Use Python code with the `apis` object; call apis.supervisor.complete_task() when done.")
 
     def _execute(self, command: str, parsed: ParsedAction) -> StepOutcome:
-        worker = self._worker
-        if worker is None:
+        worker, api = self._worker, self._api
+        if worker is None or api is None:
             raise TaskError("no live worker: call reset()")
         try:
             reply = worker.request("execute", code=command)
@@ -231,23 +250,31 @@ class AppWorldEnv(AgentEnv):
             if not worker.tainted:  # it died before it was sent any code: not the agent's doing
                 self._drop_worker()
                 raise
-            return self._agent_broke_worker(worker, e)
-        output = str(reply["output"])
+            return self._agent_broke(e, "the process running your code", worker.status)
+        output = reply.get("output")
+        output = output if isinstance(output, str) else str(output)
+        # Whether the task was marked complete: asked of the API process, never of the agent's process.
+        try:
+            completed = bool(api.request("completed", timeout=self.limits.wall_seconds_per_request)["completed"])
+        except AgentGymError as e:
+            return self._agent_broke(e, "the app server your code called", api.status)
         failed = is_failure(output)
-        return StepOutcome(observation=output, terminated=bool(reply.get("task_completed")), process_ok=not failed,
-                           invalid_reason=output.strip().splitlines()[-1][:300] if failed else None)
+        return StepOutcome(observation=output, terminated=completed, process_ok=not failed,
+                           invalid_reason=output.strip().splitlines()[-1][:300] if failed and output.strip() else None)
 
-    def _agent_broke_worker(self, worker: Worker, error: AgentGymError) -> StepOutcome:
-        """The agent's code killed, hung or garbled its worker: end the episode as a failure (see the docstring)."""
-        worker.kill()  # stop anything still running before the saved state is read
+    def _agent_broke(self, error: AgentGymError, who: str, status: str | None) -> StepOutcome:
+        """The agent's code killed, hung or garbled its worker or its API process: end the episode as a failure (see
+        the docstring)."""
+        if self._worker is not None:
+            self._worker.kill()  # stop anything still running before the state is saved
         if isinstance(error, EpisodeTimeoutError):
             what = f"did not finish within {self.limits.wall_seconds_per_request:.0f}s and was killed"
         else:
-            what = f"ended abnormally ({worker.status})"
-        logger.info("AppWorld task %s: the agent's code broke its worker: %s", self.task.task_id, error)
+            what = f"ended abnormally ({status})"
+        logger.info("AppWorld task %s: the agent's code broke %s: %s", self.task.task_id, who, error)
         self._agent_failure = ErrorRecord(kind=AGENT_CODE, stage="step", message=str(error),
                                           exception=type(error).__name__).to_dict()
-        reason = f"the process running your code {what}; the episode ends here"
+        reason = f"{who} {what}; the episode ends here"
         return StepOutcome(observation=f"{FAILURE_MARKER} Traceback:\n{reason[0].upper()}{reason[1:]}.",
                            terminated=True, process_ok=False, invalid_reason=reason)
 
@@ -260,41 +287,70 @@ class AppWorldEnv(AgentEnv):
             reward += 1.0 if won else 0.0
             info["won"], info["score"], info["progress"] = won, self.score(), self.progress()
             info["evaluation"] = self._evaluation
+            info["agent_failure"] = self._agent_failure  # type: ignore[typeddict-unknown-key]
+            info["api_calls"] = self._api_calls  # type: ignore[typeddict-unknown-key]
         return obs, reward, terminated, truncated, info
 
+    def _state_failure(self, kind: str, message: str, stage: str = "evaluate") -> dict:
+        """A scored failure of the episode's state (see :mod:`.evaluator`): recorded as the agent's doing."""
+        if self._agent_failure is None:
+            self._agent_failure = ErrorRecord(kind=AGENT_CODE, stage=stage, message=message,
+                                              exception=kind).to_dict()
+        return {"success": False, "num_tests": 1, "passes": [], "tampered": True,
+                "state_error": {"type": kind, "message": message},
+                "failures": [{"requirement": "the world's state could be saved and evaluated",
+                              "trace": f"{kind}: {message}"[:2000]}]}
+
     def _evaluate(self) -> None:
-        worker = self._worker
-        if worker is None:
+        worker, api = self._worker, self._api
+        if worker is None or api is None:
             raise TaskError("no live worker to evaluate")
         try:
-            worker.kill()  # the state AppWorld saved after the last cell is final; nothing may touch it now
-            _, full, manifest = self._paths()
+            worker.kill()  # no more API calls: the world's state is final
+            result = None
             try:
-                result = run_evaluator(str(self.install.python), full, manifest, self.task.task_id,
-                                       worker.output_dbs(self.task.task_id), str(self.install.scratch_dir))
-            except EvaluationError as e:
-                if self._agent_failure is None:
-                    raise
-                # The agent's code broke its worker and left a state the evaluator cannot handle (it controls its
-                # size, for one): the scored failure must not turn into an unscored error. A WARNING all the same:
-                # the error may be real damage to the environment.
-                logger.warning("AppWorld task %s: the state left by the broken worker was not evaluated: %s",
-                               self.task.task_id, e)
-                result = {"success": False, "num_tests": 1, "passes": [], "tampered": True, "failures": [
-                    {"requirement": "the saved state could be evaluated", "trace": str(e)[:2000]}]}
+                saved = api.request("save", timeout=self.limits.wall_seconds_per_request)
+                calls = saved.get("api_calls")
+                self._api_calls = {str(k): int(v) for k, v in calls.items()} if isinstance(calls, dict) else None
+            except AgentGymError as e:
+                result = self._state_failure("state_not_saved", f"the app server could not save the world's state: "
+                                             f"{str(e)[:1500]}")
+            api.kill()
+            if result is None:
+                _, full, manifest = self._paths()
+                try:
+                    result = run_evaluator(str(self.install.python), full, manifest, self.task.task_id,
+                                           api.state_dir, str(self.install.scratch_dir),
+                                           timeout=self.limits.evaluation_seconds)
+                except EvaluationTimeoutError as e:
+                    # The state is the agent's doing (its API calls grew it): a scored failure, with a WARNING all
+                    # the same, since a badly overloaded machine could cause it too.
+                    logger.warning("AppWorld task %s: %s", self.task.task_id, e)
+                    result = self._state_failure("evaluation_timeout", str(e))
+                except EvaluationError as e:
+                    if self._agent_failure is None:
+                        raise
+                    logger.warning("AppWorld task %s: the state left by the broken episode was not evaluated: %s",
+                                   self.task.task_id, e)
+                    result = self._state_failure("state_not_evaluated", str(e))
+                if result.get("state_error") and self._agent_failure is None:
+                    err = result["state_error"]
+                    self._agent_failure = ErrorRecord(kind=AGENT_CODE, stage="evaluate",
+                                                      message=str(err.get("message", ""))[:2000],
+                                                      exception=str(err.get("type", "state_error"))).to_dict()
         finally:
             self._drop_worker()
         checks = [{"requirement": p["requirement"], "passed": True} for p in result["passes"]]
         checks += [{"requirement": f["requirement"], "passed": False, "trace": f.get("trace", "")}
                    for f in result["failures"]]
         n, success = int(result["num_tests"]), bool(result["success"])
-        if self._agent_failure is not None:
-            checks.append({"requirement": "the agent's code left its worker running (no crash, hang or garbage)",
+        if self._agent_failure is not None and self._agent_failure["stage"] == "step":
+            checks.append({"requirement": "the agent's code left its processes running (no crash, hang or garbage)",
                            "passed": False, "trace": self._agent_failure["message"][:2000]})
             n, success = n + 1, False
         self._progress = sum(c["passed"] for c in checks) / max(1, n)
         self._evaluation = {"success": success, "num_tests": n, "tgc": 1.0 if success else 0.0, "checks": checks,
-                            "tampered": bool(result.get("tampered"))}
+                            "tampered": bool(result.get("tampered")), "state_error": result.get("state_error")}
 
     def progress(self) -> float | None:
         return self._progress
