@@ -20,7 +20,7 @@ import pytest
 
 from agentgym.envs.appworld import ENTRY
 
-ok, why = ENTRY.split_available("all")
+ok, why = ENTRY.split_available("gen-all")
 pytestmark = pytest.mark.skipif(not ok, reason=f"AppWorld venv unavailable: {why}")
 
 TASK = "agnoteadd_1"  # gold: log in to Simple Note and create one note
@@ -119,7 +119,7 @@ def env():
     import agentgym
     from agentgym.envs.appworld.sandbox import SandboxLimits
 
-    e = agentgym.make("AppWorld-v0", split="all", max_turns=8,
+    e = agentgym.make("AppWorld-v0", split="gen-all", max_turns=8,
                       limits=SandboxLimits(cell_timeout_seconds=2, wall_seconds_per_request=10,
                                            max_api_requests=300))
     yield e
@@ -315,8 +315,8 @@ def test_two_concurrent_episodes_share_no_socket_ipc_or_files(host):
     """Abstract UNIX sockets, SysV IPC and workspace files of one live episode are invisible to another."""
     import agentgym
 
-    a = agentgym.make("AppWorld-v0", split="all", max_turns=6)
-    b_env = agentgym.make("AppWorld-v0", split="all", max_turns=6)
+    a = agentgym.make("AppWorld-v0", split="gen-all", max_turns=6)
+    b_env = agentgym.make("AppWorld-v0", split="gen-all", max_turns=6)
     try:
         a.reset(options={"task_id": TASK})
         b_env.reset(options={"task_id": TASK})

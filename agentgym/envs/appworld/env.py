@@ -44,7 +44,8 @@ from .pool import (EXPERIMENT, ApiProcess, EvaluationError, EvaluationTimeoutErr
                    run_evaluator)
 from .sandbox import SandboxLimits, allowed_missing, probe, sandbox_mode
 from .setup import require_install
-from .tasks import AppWorldTask, Build, ensure_build, load_tasks, official_root, official_task_ids, scenario_of
+from .tasks import (RENAMED, AppWorldTask, Build, ensure_build, load_tasks, official_root, official_task_ids,
+                    scenario_of, split_tasks, suite_digest)
 
 __all__ = ["AppWorldEnv", "FAILURE_MARKER", "is_failure", "scenario_goal_completion"]
 
@@ -96,25 +97,31 @@ class AppWorldEnv(AgentEnv):
     """AppWorld-v0; see the module docstring.
 
     Args:
-        split: ``train``/``test``/``all`` (our task set) or an official split (needs ``APPWORLD_ROOT``).
+        split: ``gen-train``/``gen-dev``/``gen-test``/``gen-all`` (our generated suite) or an official split
+            (``train``, ``dev``, ``test_normal``, ``test_challenge``: needs ``APPWORLD_ROOT``).
         root: the AppWorld install root (default: ``$AGENTGYM_APPWORLD_HOME`` or ``~/.cache/agentgym/appworld``).
         task_dir: our task definitions (default: the ``tasks`` folder beside this module).
         limits: sandbox limits of the workers.
         max_interactions: AppWorld's own cap on the cells a world executes (past it every cell fails).
         spares: workers kept forked ahead of need.
+        unsafe: run agent code although this machine lacks sandbox layers: ``True`` (any), or the names of the
+            layers that may be missing (:data:`.sandbox.LAYERS`); a warning names them and results rows record it.
+            By default a missing layer makes the constructor raise :class:`.sandbox.SandboxUnavailableError`.
         max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
     """
 
     action_tags = ("code", "action")
     prompt_template = _TEMPLATE
 
-    def __init__(self, split: str = "test", *, root: str | os.PathLike | None = None,
+    def __init__(self, split: str = "gen-test", *, root: str | os.PathLike | None = None,
                  task_dir: str | os.PathLike | None = None, limits: SandboxLimits | None = None,
                  max_interactions: int = 1000, spares: int = 1, unsafe: bool | str | tuple = False,
                  max_turns: int = 30, invalid_action_penalty: float = 0.0, history_length: int = 2,
                  render_mode: str | None = None):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
                          history_length=history_length, render_mode=render_mode)
+        if split in RENAMED:
+            raise TaskError(f"the AppWorld split {split!r} is now {RENAMED[split]!r} (our suite grew; see the README)")
         if split not in OUR_SPLITS and split not in OFFICIAL_SPLITS:
             raise TaskError(f"unknown AppWorld split {split!r}; choose from {[*OUR_SPLITS, *OFFICIAL_SPLITS]}")
         self.split = split
@@ -129,12 +136,13 @@ class AppWorldEnv(AgentEnv):
         # What this machine can provide; refuse now (SandboxUnavailableError) unless unsafe allows what is missing.
         self.sandbox_report = probe(str(self.install.python), str(self.install.scratch_dir))
         self.sandbox = sandbox_mode(self.sandbox_report, unsafe)
+        self._all_tasks: tuple[AppWorldTask, ...] = ()
         if self.official:
             self._tasks = tuple(AppWorldTask(task_id=t, scenario=scenario_of(t), split=split, official=True)
                                 for t in official_task_ids(split))
         else:
-            all_tasks = load_tasks(task_dir)
-            self._tasks = all_tasks if split == "all" else tuple(t for t in all_tasks if t.split == split)
+            self._all_tasks = load_tasks(task_dir)  # built together: one build serves every split
+            self._tasks = split_tasks(split, task_dir)
         self._by_id = {t.task_id: t for t in self._tasks}
         self._build: Build | None = None
         self._worker: Worker | None = None
@@ -169,18 +177,17 @@ class AppWorldEnv(AgentEnv):
 
     # ---- data and workers ---------------------------------------------------------------------------------
     def _paths(self) -> tuple[str, str, str | None]:
-        """(world data a worker loads from, full data the evaluator reads, manifest or None)."""
+        """(world data the API process loads from, full data the evaluator reads, manifest or None)."""
         if self.official:
             root = official_root()
             assert root is not None
             data = str(root / "data")
-            # Official bundles keep each task's ground truth beside its inputs (data/tasks/<id>/ground_truth). The
-            # worker loads its world from this tree before any agent code runs; from then on its guard lets it read
-            # only data/api_docs, data/base_dbs and its own task's specs.json and dbs -- never a ground_truth
-            # folder -- and write nothing (see worker.py).
+            # Official bundles keep each task's ground truth beside its inputs (data/tasks/<id>/ground_truth): only
+            # the trusted API process (which loads the task's world from this tree) and the evaluator read it; the
+            # agent's sandbox holds no data at all.
             return data, data, None
         if self._build is None:
-            self._build = ensure_build(self.install, self._task_dir)
+            self._build = ensure_build(self.install, self._all_tasks)
         return str(self._build.world_data), str(self._build.full_data), str(self._build.manifest)
 
     def _spec(self) -> WorkerSpec:
@@ -356,9 +363,17 @@ class AppWorldEnv(AgentEnv):
         return self._progress
 
     def task_metadata(self) -> dict[str, Any]:
-        """``scenario_id`` (for SGC in eval summaries), also the ``family`` column; ``apps`` the task touches."""
+        """``scenario_id`` (for SGC in eval summaries), also the ``family`` column; ``apps`` the gold solution uses;
+        ``difficulty`` (1-3, AppWorld's levels; None for official tasks, whose level is in their ground truth)."""
         scenario = scenario_of(self._task_id(self.task))
-        return {"family": scenario, "scenario_id": scenario, "apps": list(getattr(self.task, "apps", ()) or ())}
+        return {"family": scenario, "scenario_id": scenario, "apps": list(getattr(self.task, "apps", ()) or ()),
+                "difficulty": getattr(self.task, "difficulty", None)}
+
+    def run_identity(self) -> dict[str, Any]:
+        """``task_set`` (our suite's content digest, or the official data) and ``sandbox`` (``full``, or what an
+        ``unsafe=`` run was missing)."""
+        task_set = "appworld-official" if self.official else f"agentgym-suite:{suite_digest(self._all_tasks)}"
+        return {"task_set": task_set, "sandbox": self.sandbox}
 
     def _info(self, parsed, raw, outcome) -> StepInfo:
         info = super()._info(parsed, raw, outcome)
