@@ -300,7 +300,6 @@ def test_cli_eval_oracle_reports_tgc_and_sgc_per_level(tmp_path):
     """The acceptance command, as a user runs it, on two tasks of every gen-dev scenario: rows keep scenario_id,
     family, apps and difficulty and the env's identity (task set, sandbox); TGC and SGC are 100% at every level."""
     import json
-    import subprocess
     import sys
 
     from agentgym.envs.appworld.tasks import split_tasks
@@ -324,3 +323,35 @@ def test_cli_eval_oracle_reports_tgc_and_sgc_per_level(tmp_path):
     for level in (1, 2, 3):
         assert any(line.startswith(f"| {level} |") and line.rstrip().endswith("| 100.0 |")
                    for line in res.stdout.splitlines()), res.stdout
+
+
+def test_a_missing_layer_refuses_to_start_unless_unsafe_allows_it(monkeypatch, caplog):
+    """A machine without bubblewrap (pretended: the probe's report says so): the env refuses to run agent code; with
+    unsafe= naming what is missing it runs the zygote bare, warns, and records the mode in its identity."""
+    import logging
+
+    import agentgym
+    from agentgym.envs.appworld import sandbox
+    from agentgym.envs.appworld.setup import require_install
+
+    python = str(require_install().python)
+    real = sandbox.probe(python, str(require_install().scratch_dir))
+    missing = ["bwrap"] + (["unprivileged_uid"] if os.geteuid() == 0 else [])  # root stays root without bwrap
+    pretend = sandbox.SandboxReport(layers={**real.layers, **{k: f"{k} is missing (pretended by a test)"
+                                                              for k in missing}}, bwrap=False)
+    monkeypatch.setitem(sandbox._probed, python, pretend)
+    with pytest.raises(sandbox.SandboxUnavailableError, match="bwrap"):
+        agentgym.make("AppWorld-v0", split="gen-all")
+    with caplog.at_level(logging.WARNING, logger="agentgym.envs.appworld"):
+        e = agentgym.make("AppWorld-v0", split="gen-all", max_turns=4, unsafe=missing)
+        try:
+            assert e.run_identity()["sandbox"] == f"unsafe (missing: {', '.join(sorted(missing))})"
+            task = e.get_task("agnoteadd_1")
+            e.reset(options={"task_id": task.task_id})
+            assert set(e._worker.missing) == set(missing) and not e._worker.spec.use_bwrap
+            for cell in task.solution:
+                obs, r, term, trunc, info = e.step(f"<code>\n{cell}\n</code>")
+            assert term and info["won"], info["evaluation"]
+        finally:
+            e.close()
+    assert "WITHOUT" in caplog.text and "bwrap" in caplog.text

@@ -1,29 +1,35 @@
 """AppWorld-v0: do a supervisor's task in the real AppWorld apps by writing Python code cells.
 
-* **Action**: a Python code cell in ``<code>...</code>`` (or ``<action>...</action>``), run by AppWorld's
-  ``world.execute`` inside a sandboxed worker process (:mod:`.pool`, :mod:`.sandbox`). The cell sees ``apis``
-  (``apis.<app>.<api>(...)``), as in AppWorld's own agents; API docs are on demand through ``apis.api_docs``.
+* **Action**: a Python code cell in ``<code>...</code>`` (or ``<action>...</action>``), run by AppWorld's own
+  ``AppWorld.execute`` in a sandboxed worker (:mod:`.sandbox`: bubblewrap, its own namespaces, Landlock, seccomp).
+  The cell sees ``apis`` (``apis.<app>.<api>(...)``), as in AppWorld's own agents; API docs are on demand through
+  ``apis.api_docs``. Every API call goes down the episode's API channel to a trusted API process that holds the
+  task's world (:mod:`.pool`); the worker holds no database.
 * **Observation**: the cell's output. ``process_ok`` is False exactly when AppWorld reports a failed execution
   (every failure starts with :data:`FAILURE_MARKER`: syntax error, runtime error, unknown API, HTTP 4xx, blocked
   import, timeout, step cap).
-* **End**: ``terminated`` when the code marks the task complete (``apis.supervisor.complete_task(...)``);
-  ``truncated`` at ``max_turns``. Either way the episode is then evaluated in a *fresh process* that never runs
-  agent code (:func:`.pool.run_evaluator`), from the state AppWorld saved after the last cell: reward 1.0 and
-  ``won`` when every check passes (task goal completion, TGC); ``progress`` is the fraction of checks passed;
-  ``info["evaluation"]`` lists each check's pass/fail. ``info["scenario_id"]`` names the scenario: scenario goal
-  completion (SGC) is the fraction of scenarios all of whose tasks were won (:func:`scenario_goal_completion`).
-* **Agent code that breaks its worker** is a failed task, never an error (an agent must not be able to make a
-  failing episode vanish from TGC/SGC): once a code cell has been sent to a worker, the worker dying (``os._exit``,
-  a signal, a thread that kills it between cells), hanging past its wall-clock limit (a loop that swallows
-  AppWorld's own timeout), answering with an error, or flooding its reply pipe (a line over 32 MiB; forged lines
-  are skipped, :mod:`.pool`) ends the episode at once: ``terminated``, ``process_ok`` False, reward 0, ``won``
-  False, ``info["agent_failure"]`` an :class:`~agentgym.errors.ErrorRecord` of kind ``agent_code``. The saved
-  state is still evaluated (so ``info["evaluation"]`` shows what the agent had done) with one more, failed, check.
-  A saved state that is malformed or does not load is a failed check too.
-* **Errors** (not scored, as for every env): a worker that fails to start or dies before it was sent any code
-  raises :class:`~agentgym.errors.EnvCrashError`, one that hangs then :class:`~agentgym.errors.EpisodeTimeoutError`;
-  an evaluation that fails on a well-formed state :class:`.pool.EvaluationError`. Every episode runs in a fresh
-  worker process (forked from a server that has AppWorld imported, :mod:`.pool`).
+* **End**: ``terminated`` when the task is marked complete (``apis.supervisor.complete_task(...)``; asked of the API
+  process after every cell, never of the worker); ``truncated`` at ``max_turns``. Either way the API process saves the
+  world's state and a *fresh process* that never ran agent code evaluates it (:func:`.pool.run_evaluator`): reward 1.0
+  and ``won`` when every check passes (task goal completion, TGC); ``progress`` is the fraction of checks passed;
+  ``info["evaluation"]`` lists each check's pass/fail and ``info["api_calls"]`` the calls per app.
+  ``info["scenario_id"]`` names the scenario: scenario goal completion (SGC) is the fraction of scenarios all of
+  whose tasks were won (:func:`scenario_goal_completion`; per difficulty level in ``agentgym eval``).
+* **Agent code that breaks its processes** is a failed task, never an error (an agent must not be able to make a
+  failing episode vanish from TGC/SGC): once a code cell has been sent to a worker, the worker dying, hanging past
+  its wall-clock limit, answering with an error or flooding its reply pipe (a line over 32 MiB; forged lines are
+  skipped), or the API process failing to answer, ends the episode at once: ``terminated``, ``process_ok`` False,
+  reward 0, ``won`` False, ``info["agent_failure"]`` an :class:`~agentgym.errors.ErrorRecord` of kind ``agent_code``.
+  The world's state is still evaluated (so ``info["evaluation"]`` shows what the agent had done) with one more,
+  failed, check. A state the evaluator cannot use (too large, malformed, not plain row changes, not loading, making
+  the evaluation raise or run past :attr:`.sandbox.SandboxLimits.evaluation_seconds`) is a scored failure too, with
+  ``info["evaluation"]["state_error"]`` naming it and ``info["agent_failure"]`` of stage ``evaluate``.
+* **Errors** (not scored, as for every env): a machine that cannot provide a sandbox layer raises
+  :class:`.sandbox.SandboxUnavailableError` at construction (unless ``unsafe=`` allows it); a worker or API process
+  that fails to start or dies before the worker was sent any code raises :class:`~agentgym.errors.EnvCrashError`,
+  one that hangs then :class:`~agentgym.errors.EpisodeTimeoutError`; an evaluation that fails for a reason that is not
+  the state (a damaged build) :class:`.pool.EvaluationError`. Every episode runs in a fresh worker and a fresh API
+  process (forked from servers that have AppWorld imported, :mod:`.pool`).
 """
 
 from __future__ import annotations

@@ -147,17 +147,3 @@ def apply_limits(limits):
         soft, hard = resource.getrlimit(which)
         cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(which, (cap, cap))
-
-
-def load_sibling(name):
-    """Import ``name``.py from this file's folder (the AppWorld venv side runs ``python -I``: no agentgym on the
-    path)."""
-    import importlib.util
-    import sys
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.util.spec_from_file_location(f"agentgym_appworld_{name}", os.path.join(here, name + ".py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module

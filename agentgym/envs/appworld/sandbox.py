@@ -50,7 +50,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
