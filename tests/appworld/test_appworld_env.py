@@ -20,9 +20,11 @@ import numpy as np
 import pytest
 
 from agentgym.errors import AGENT_CODE, EnvCrashError
-from agentgym.envs.appworld import ENTRY
+from agentgym.envs.appworld import ENTRY, sandbox_status
 
 ok, why = ENTRY.split_available("gen-all")
+if ok:  # CI installs bubblewrap (.ci/run), so this skips only on machines that cannot sandbox
+    ok, why = sandbox_status()
 pytestmark = pytest.mark.skipif(not ok, reason=f"AppWorld venv unavailable: {why}")
 
 # Agent code reaches any module through the builtins' __import__, past AppWorld's import lint.
@@ -341,8 +343,14 @@ def test_a_missing_layer_refuses_to_start_unless_unsafe_allows_it(monkeypatch, c
     pretend = sandbox.SandboxReport(layers={**real.layers, **{k: f"{k} is missing (pretended by a test)"
                                                               for k in missing}}, bwrap=False)
     monkeypatch.setitem(sandbox._probed, python, pretend)
+    monkeypatch.delenv(sandbox.UNSAFE_ENV, raising=False)
     with pytest.raises(sandbox.SandboxUnavailableError, match="bwrap"):
         agentgym.make("AppWorld-v0", split="gen-all")
+    ok_, why_ = ENTRY.split_available("gen-all")  # agentgym eval and list say so too, and how to opt in
+    assert not ok_ and "bwrap" in why_ and sandbox.UNSAFE_ENV in why_
+    monkeypatch.setenv(sandbox.UNSAFE_ENV, ",".join(missing))  # the command line's opt-in
+    assert ENTRY.split_available("gen-all")[0]
+    monkeypatch.delenv(sandbox.UNSAFE_ENV)
     with caplog.at_level(logging.WARNING, logger="agentgym.envs.appworld"):
         e = agentgym.make("AppWorld-v0", split="gen-all", max_turns=4, unsafe=missing)
         try:

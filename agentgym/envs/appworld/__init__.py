@@ -28,7 +28,8 @@ OFFICIAL_SPLITS = {
 
 @dataclass(frozen=True)
 class AppWorldEntry(EnvEntry):
-    """Available when the AppWorld venv is set up (and, for official splits, ``APPWORLD_ROOT`` has the data)."""
+    """Available when the AppWorld venv is set up, this machine provides every sandbox layer (or the user opted in
+    to run without some: ``AGENTGYM_APPWORLD_UNSAFE``) and, for official splits, ``APPWORLD_ROOT`` has the data."""
 
     def split_available(self, split: str) -> tuple[bool, str]:
         from .setup import default_root, find_install
@@ -42,6 +43,12 @@ class AppWorldEntry(EnvEntry):
         if find_install() is None:
             return False, (f"the AppWorld venv is not set up under {default_root()}: run `agentgym appworld setup` "
                            "(or set AGENTGYM_APPWORLD_HOME)")
+        from .sandbox import allowed_missing, unsafe_from_env
+
+        ready, why = sandbox_status()
+        if not ready and not allowed_missing(unsafe_from_env()):
+            return False, (f"{why}. Install bubblewrap (apt-get install bubblewrap) or opt in explicitly: "
+                           "AppWorldEnv(unsafe=True), or AGENTGYM_APPWORLD_UNSAFE=1 for agentgym eval")
         if split in OFFICIAL_SPLITS:
             from .tasks import official_root
 
@@ -50,6 +57,21 @@ class AppWorldEntry(EnvEntry):
                 return False, ("official AppWorld data not found: run `appworld download data` in the AppWorld venv "
                                f"and set APPWORLD_ROOT to that folder{hint}")
         return True, "ok"
+
+
+def sandbox_status() -> tuple[bool, str]:
+    """Whether this machine provides every sandbox layer to the set-up AppWorld venv (:func:`.sandbox.probe`), and
+    if not, what is missing: for callers that would rather skip than opt in to ``unsafe=`` (the tests)."""
+    from .sandbox import probe
+    from .setup import find_install
+
+    install = find_install()
+    if install is None:
+        return False, "the AppWorld venv is not set up"
+    missing = probe(str(install.python), str(install.scratch_dir)).missing()
+    if missing:
+        return False, "this machine cannot sandbox agent code: " + "; ".join(f"{k}: {v}" for k, v in missing.items())
+    return True, "ok"
 
 
 ENTRY = AppWorldEntry(
@@ -62,4 +84,4 @@ ENTRY = AppWorldEntry(
     "TGC/SGC per difficulty level from a fresh evaluator process",
 )
 
-__all__ = ["ENTRY", "AppWorldEntry", "OUR_SPLITS", "OFFICIAL_SPLITS"]
+__all__ = ["ENTRY", "AppWorldEntry", "OUR_SPLITS", "OFFICIAL_SPLITS", "sandbox_status"]

@@ -48,7 +48,7 @@ from ...prompts import PromptTemplate
 from . import OFFICIAL_SPLITS, OUR_SPLITS
 from .pool import (EXPERIMENT, ApiProcess, EvaluationError, EvaluationTimeoutError, Worker, WorkerSpec, get_pool,
                    run_evaluator)
-from .sandbox import SandboxLimits, allowed_missing, probe, sandbox_mode
+from .sandbox import SandboxLimits, allowed_missing, probe, sandbox_mode, unsafe_from_env
 from .setup import require_install
 from .tasks import (RENAMED, AppWorldTask, Build, ensure_build, load_tasks, official_root, official_task_ids,
                     scenario_of, split_tasks, suite_digest)
@@ -112,7 +112,8 @@ class AppWorldEnv(AgentEnv):
         spares: workers kept forked ahead of need.
         unsafe: run agent code although this machine lacks sandbox layers: ``True`` (any), or the names of the
             layers that may be missing (:data:`.sandbox.LAYERS`); a warning names them and results rows record it.
-            By default a missing layer makes the constructor raise :class:`.sandbox.SandboxUnavailableError`.
+            ``None`` (the default) reads ``AGENTGYM_APPWORLD_UNSAFE`` (the command line's spelling), unset meaning
+            False: a missing layer makes the constructor raise :class:`.sandbox.SandboxUnavailableError`.
         max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
     """
 
@@ -121,7 +122,7 @@ class AppWorldEnv(AgentEnv):
 
     def __init__(self, split: str = "gen-test", *, root: str | os.PathLike | None = None,
                  task_dir: str | os.PathLike | None = None, limits: SandboxLimits | None = None,
-                 max_interactions: int = 1000, spares: int = 1, unsafe: bool | str | tuple = False,
+                 max_interactions: int = 1000, spares: int = 1, unsafe: bool | str | tuple | None = None,
                  max_turns: int = 30, invalid_action_penalty: float = 0.0, history_length: int = 2,
                  render_mode: str | None = None):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
@@ -137,11 +138,11 @@ class AppWorldEnv(AgentEnv):
         self.limits = limits or SandboxLimits()
         self.max_interactions = int(max_interactions)
         self.spares = spares
-        self.unsafe = unsafe
-        self._allowed_missing = allowed_missing(unsafe)
+        self.unsafe = unsafe_from_env() if unsafe is None else unsafe
+        self._allowed_missing = allowed_missing(self.unsafe)
         # What this machine can provide; refuse now (SandboxUnavailableError) unless unsafe allows what is missing.
         self.sandbox_report = probe(str(self.install.python), str(self.install.scratch_dir))
-        self.sandbox = sandbox_mode(self.sandbox_report, unsafe)
+        self.sandbox = sandbox_mode(self.sandbox_report, self.unsafe)
         self._all_tasks: tuple[AppWorldTask, ...] = ()
         if self.official:
             self._tasks = tuple(AppWorldTask(task_id=t, scenario=scenario_of(t), split=split, official=True)

@@ -38,8 +38,9 @@ environment, ``python -I``, and an audit hook in the worker as one more layer.
 
 Where the machine cannot provide a layer the env **refuses to run agent code** (:class:`SandboxUnavailableError`,
 naming what is missing and why) unless the user opts in with ``AppWorldEnv(unsafe=...)``: ``True`` for any missing
-layer, or the names of the layers that may be missing; it then logs a warning naming them, and the results rows
-record it (``run_identity``). The trusted server runs in a network namespace of its own where ``unshare --net``
+layer, or the names of the layers that may be missing (on the command line: ``AGENTGYM_APPWORLD_UNSAFE=1`` or
+``=landlock,seccomp``, which ``unsafe=None``, the default, reads); it then logs a warning naming them, and the
+results rows record it (``run_identity``). The trusted server runs in a network namespace of its own where ``unshare --net``
 works (it needs no network).
 """
 
@@ -58,7 +59,8 @@ from typing import Iterable
 from ...errors import AgentGymError
 
 __all__ = ["LAYERS", "SandboxLimits", "SandboxReport", "SandboxUnavailableError", "allowed_missing", "probe",
-           "zygote_command", "server_command", "scrubbed_env", "rlimits", "sandbox_mode"]
+           "zygote_command", "server_command", "scrubbed_env", "rlimits", "sandbox_mode", "unsafe_from_env",
+           "UNSAFE_ENV"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +136,20 @@ class SandboxReport:
         return {k: v for k, v in self.layers.items() if v}
 
 
+#: the command-line spelling of ``unsafe=``: ``1``/``true`` for any layer, or layer names separated by commas
+UNSAFE_ENV = "AGENTGYM_APPWORLD_UNSAFE"
+
+
+def unsafe_from_env() -> bool | tuple[str, ...]:
+    """``unsafe=`` as :data:`UNSAFE_ENV` sets it (False when unset)."""
+    value = os.environ.get(UNSAFE_ENV, "").strip()
+    if value.lower() in ("", "0", "false", "no"):
+        return False
+    if value.lower() in ("1", "true", "yes", "all"):
+        return True
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
 def allowed_missing(unsafe: bool | str | Iterable[str] | None) -> frozenset[str]:
     """The layers ``unsafe`` lets be missing: all for True, none for False/None, else the names given."""
     if unsafe is True:
@@ -158,7 +174,7 @@ def sandbox_mode(report: SandboxReport, unsafe: bool | str | Iterable[str] | Non
             "AppWorld-v0 refuses to run agent code: this machine cannot provide these sandbox layers:\n" + lines
             + "\nInstall bubblewrap (apt-get install bubblewrap), allow unprivileged user namespaces, use a kernel "
             "with Landlock and seccomp -- or accept the risk explicitly: AppWorldEnv(unsafe=True) or "
-            f"unsafe={sorted(refused)} (agentgym eval ... --env-arg 'unsafe=True').")
+            f"unsafe={sorted(refused)} ({UNSAFE_ENV}=1 or ={','.join(sorted(refused))} for agentgym eval).")
     if not missing:
         return "full"
     logger.warning("AppWorld sandbox running WITHOUT these layers (unsafe=%r): %s", unsafe,
