@@ -158,6 +158,7 @@ def test_a_worker_confines_itself_layer_by_layer(report, tmp_path):
         out["msgget"] = call("msgget", 1234, 0o1666)
         out["mknod"] = call("mknod", b"kmsg", 0o20600, (1 << 8) | 11)
         out["setuid0"] = call("setuid", 0)
+        out["memfd"] = call("memfd_create", b"x", 0)
         out["kill_parent_ns"] = call("kill", 1 if os.getpid() != 1 else 2, 0)
         t = threading.Thread(target=lambda: out.__setitem__("thread", True)); t.start(); t.join()
         try:
@@ -181,7 +182,8 @@ def test_a_worker_confines_itself_layer_by_layer(report, tmp_path):
     assert out["quota"] == errno.ENOSPC and not (tmp_path / "ws" / "fill").exists(), out  # a private tmpfs
     assert out["thread"] is True
     if layers["seccomp"] is None:
-        for name in ("fork", "socket_inet", "unshare", "shmget", "msgget", "mknod", "setuid0", "kill_parent_ns"):
+        for name in ("fork", "socket_inet", "unshare", "shmget", "msgget", "mknod", "setuid0", "kill_parent_ns",
+                     "memfd"):
             assert out[name] == -errno.EPERM, (name, out)
         assert out["socket_unix"] is True
     else:

@@ -28,7 +28,8 @@ its own, so that a missing kernel feature removes one layer and is reported, nev
 4. a seccomp filter (:func:`seccomp`) for whatever C code agent code reaches (``_ctypes`` and ``_cffi_backend`` are
    already loaded by AppWorld's dependencies): no new process, no ``execve``, no namespace or mount call, no
    ptrace, pidfd or signal aimed at another process, no sockets but ``AF_UNIX``, no SysV or POSIX message IPC, no
-   keyrings, BPF, perf, userfaultfd or io_uring, no uid/gid/capability change, no ``mknod``.
+   keyrings, BPF, perf, userfaultfd or io_uring, no uid/gid/capability change, no ``mknod``, no ``memfd_create``
+   (memory files would escape the workspace's quota).
 
 It then writes ``{"ready": true, "id": ..., "layers": {name: null or why it is missing}}`` and serves JSON-lines
 requests ``{"id": nonce, "op": ...}`` on its request pipe; every reply repeats the request's ``id`` (a per-request
@@ -280,7 +281,7 @@ _DENIED = {
                "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66, "msgget": 68, "msgsnd": 69, "msgrcv": 70,
                "msgctl": 71, "semtimedop": 220, "mq_open": 240, "mq_unlink": 241, "personality": 135,
                "vhangup": 153, "kcmp": 312, "ioperm": 173, "iopl": 172, "move_pages": 279, "migrate_pages": 256,
-               "fanotify_init": 300, "lookup_dcookie": 212, "uselib": 134},
+               "fanotify_init": 300, "lookup_dcookie": 212, "uselib": 134, "memfd_create": 319},
     "aarch64": {"execve": 221, "execveat": 281, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
                 "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "mount": 40, "umount2": 39, "pivot_root": 41,
                 "chroot": 51, "unshare": 97, "setns": 268, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
@@ -292,7 +293,8 @@ _DENIED = {
                 "setgroups": 159, "capset": 91, "shmget": 194, "shmat": 196, "shmctl": 195, "semget": 190,
                 "semop": 193, "semctl": 191, "msgget": 186, "msgsnd": 189, "msgrcv": 188, "msgctl": 187,
                 "semtimedop": 192, "mq_open": 180, "mq_unlink": 181, "personality": 92, "vhangup": 58, "kcmp": 272,
-                "move_pages": 239, "migrate_pages": 238, "fanotify_init": 262, "lookup_dcookie": 18},
+                "move_pages": 239, "migrate_pages": 238, "fanotify_init": 262, "lookup_dcookie": 18,
+                "memfd_create": 279},
 }
 #: the same number on every architecture (added after the tables were unified)
 _DENIED_COMMON = {"pidfd_send_signal": 424, "pidfd_open": 434, "pidfd_getfd": 438, "io_uring_setup": 425,
