@@ -215,21 +215,28 @@ def serve_api(world, client, routes, msg, parent_in, parent_out, sock, channel):
             sock, out = None, bytearray()
 
 
-def _api_process(msg, fds):
-    resp_fd, req_fd, api_fd = fds
+def _enter_child(msg, log_name):
+    """A forked child's own session, workspace (its cwd), log (its stdout and stderr) and rlimits; a file over
+    RLIMIT_FSIZE fails its write (a state too large to save), it does not kill the process."""
     os.setsid()
     workspace = msg["workspace"]
     os.chdir(workspace)
-    log = os.open(os.path.join(workspace, ".apis-stderr.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    log = os.open(os.path.join(workspace, log_name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a state over RLIMIT_FSIZE fails its save, not the process
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _load("forkserver").apply_limits(msg.get("limits", {}))
+    return workspace
+
+
+def _api_process(msg, fds):
+    resp_fd, req_fd, api_fd = fds
+    workspace = _enter_child(msg, ".apis-stderr.log")
     parent_out = os.fdopen(resp_fd, "w", encoding="utf-8")
     os.environ.update({"HOME": workspace, "APPWORLD_ROOT": workspace,
                        "APPWORLD_CACHE": os.path.join(workspace, ".appworld")})
     os.symlink(msg["world_data"], os.path.join(workspace, "data"))
-    _load("forkserver").apply_limits(msg.get("limits", {}))
     try:
         world = _APPWORLD["AppWorld"](task_id=msg["task_id"], experiment_name=msg["experiment"],
                                       load_ground_truth=False, raise_on_unsafe_syntax=True,
@@ -250,16 +257,8 @@ def _api_process(msg, fds):
 
 
 def _evaluate(msg, fds):
-    os.setsid()
-    workspace = msg["workspace"]
-    os.chdir(workspace)
-    log = os.open(os.path.join(workspace, ".worker-stderr.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _enter_child(msg, ".worker-stderr.log")
     chan = os.fdopen(fds[0], "w", encoding="utf-8")
-    _load("forkserver").apply_limits(msg.get("limits", {}))
     result = _load("evaluator").evaluate_job(msg["job"])
     chan.write(json.dumps(dict(result, id=msg["id"])) + "\n")
     chan.flush()
