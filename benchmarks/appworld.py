@@ -1,9 +1,11 @@
-"""AppWorld-v0 timings: fork-server start, worker fork, reset, time per step, evaluation; oracle TGC/SGC.
+"""AppWorld-v0 timings: server starts, worker fork, reset, time per step, evaluation; oracle TGC/SGC.
 
-Run: ``python benchmarks/appworld.py [--split test] [--n 6]`` (needs ``agentgym appworld setup``). Prints a table;
-the ratio column compares each phase with one plain ``python -I -c pass`` start of the AppWorld venv's interpreter
-measured in the same run (the floor of any process start). The fork server imports AppWorld once per agentgym
-process; every episode then forks a fresh worker from it and every evaluation a fresh evaluator.
+Run: ``python benchmarks/appworld.py [--split gen-test] [--n 6]`` (needs ``agentgym appworld setup``). Prints a
+table; the ratio column compares each phase with one plain ``python -I -c pass`` start of the AppWorld venv's
+interpreter measured in the same run (the floor of any process start). Per agentgym process, the trusted server
+imports AppWorld and the apps once and the sandboxed agent zygote imports AppWorld's code-cell machinery once (in
+bubblewrap); every episode then forks a fresh confined worker (its own namespaces, tmpfs, Landlock, seccomp) and a
+fresh API process, and every evaluation a fresh evaluator.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import time
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--split", default="test")
+    ap.add_argument("--split", default="gen-test")
     ap.add_argument("--n", type=int, default=6, help="episodes (oracle) to time")
     args = ap.parse_args(argv)
 
     import agentgym
     from agentgym.envs.appworld import ENTRY
     from agentgym.envs.appworld.env import scenario_goal_completion
-    from agentgym.envs.appworld.pool import Worker, close_servers, get_server
+    from agentgym.envs.appworld.pool import Worker, close_servers, get_server, get_zygote
 
     ok, why = ENTRY.split_available(args.split)
     if not ok:
@@ -38,8 +40,11 @@ def main(argv: list[str] | None = None) -> int:
 
     close_servers()
     t0 = time.perf_counter()
-    get_server(spec.python, spec.limits.network, spec.scratch_dir)
+    get_server(spec.python, spec.scratch_dir)
     server_start = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    get_zygote(spec.python, spec.scratch_dir, spec.use_bwrap, spec.limits)
+    zygote_start = time.perf_counter() - t0
     forks = []
     for _ in range(5):
         w = Worker(spec)
@@ -61,9 +66,11 @@ def main(argv: list[str] | None = None) -> int:
             (evals if done else steps).append(dt)
         results.append((tid, info["won"]))
     env.close()
-    rows = [("python -I start (reference)", python_start), ("fork server start (once per process)", server_start),
-            ("worker fork to ready (median)", statistics.median(forks)),
-            ("reset incl. fork (median)", statistics.median(resets)),
+    rows = [("python -I start (reference)", python_start),
+            ("trusted server start (once per process)", server_start),
+            ("agent zygote start in bubblewrap (once per process)", zygote_start),
+            ("worker fork to confined and ready (median)", statistics.median(forks)),
+            ("reset incl. API process and worker (median)", statistics.median(resets)),
             ("step, code cell (median)", statistics.median(steps)),
             ("last step incl. fresh-process evaluation (median)", statistics.median(evals))]
     sys.stdout.write(f"{'phase':52s} {'seconds':>9s} {'x ref':>8s}\n")

@@ -18,7 +18,8 @@ import re
 from math import comb
 from typing import Sequence
 
-__all__ = ["ordered", "metric_names", "summarize", "format_table", "format_identity", "pass_hat_k", "pass_k_curve", "format_pass_k", "scenario_goal_completion"]
+__all__ = ["ordered", "metric_names", "summarize", "format_table", "format_identity", "pass_hat_k", "pass_k_curve", "format_pass_k", "scenario_goal_completion",
+           "goal_completion_by_level", "format_goal_completion"]
 
 
 def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
@@ -130,6 +131,32 @@ def scenario_goal_completion(rows: Sequence[dict]) -> tuple[float, int] | None:
     if not by:
         return None
     return sum(all(v) for v in by.values()) / len(by), len(by)
+
+
+def goal_completion_by_level(rows: Sequence[dict]) -> list[dict] | None:
+    """AppWorld's table: task goal completion (TGC, the success rate of clean episodes) and scenario goal completion
+    (SGC, the fraction of scenarios whose every clean episode was won) per ``difficulty`` level (1-3), then all
+    levels; None when no row carries both ``scenario_id`` and ``difficulty``. Errored episodes are left out, as
+    everywhere in these summaries."""
+    clean = [r for r in rows if r.get("error") is None and r.get("scenario_id") is not None
+             and r.get("difficulty") is not None]
+    if not clean:
+        return None
+    out = []
+    for level in sorted({int(r["difficulty"]) for r in clean}) + ["All"]:
+        rs = clean if level == "All" else [r for r in clean if int(r["difficulty"]) == level]
+        sgc = scenario_goal_completion(rs)
+        assert sgc is not None
+        out.append({"level": level, "episodes": len(rs), "tgc": sum(bool(r["won"]) for r in rs) / len(rs),
+                    "scenarios": sgc[1], "sgc": sgc[0]})
+    return out
+
+
+def format_goal_completion(table: list[dict]) -> str:
+    lines = ["| level | episodes | TGC (%) | scenarios | SGC (%) |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['level']} | {r['episodes']} | {100 * r['tgc']:.1f} | {r['scenarios']} | {100 * r['sgc']:.1f} |"
+              for r in table]
+    return "\n".join(lines)
 
 
 def pass_hat_k(rows: Sequence[dict], k: int, by: str = "task_id") -> float:

@@ -1,4 +1,4 @@
-"""The build of our task set in the AppWorld venv: deterministic, and rebuilt when damaged (needs the venv)."""
+"""The build of the task suite in the AppWorld venv: deterministic, and rebuilt when damaged (needs the venv)."""
 
 from __future__ import annotations
 
@@ -11,35 +11,40 @@ import pytest
 
 from agentgym.envs.appworld import ENTRY
 
-ok, why = ENTRY.split_available("test")
+ok, why = ENTRY.split_available("gen-all")
 pytestmark = pytest.mark.skipif(not ok, reason=f"AppWorld venv unavailable: {why}")
 
 
 def test_a_damaged_build_is_rebuilt_to_the_same_manifest(tmp_path, caplog):
-    """A copy of the cached build with one base database written to (as a SQLite write through a worker would) is
-    refused and built again from scratch, in another process at another time: the fresh build hashes exactly like
-    the cached one (the build is deterministic) and verifies."""
+    """A build of a few tasks (static and generated ones, of six apps), built in two installs at two times, hashes
+    the same; in the second, one base database written to (as a SQLite write would) is refused
+    and built again, to the same manifest."""
     from agentgym.envs.appworld.setup import AppWorldInstall, require_install
-    from agentgym.envs.appworld.tasks import ensure_build, verify_build
+    from agentgym.envs.appworld.tasks import ensure_build, load_tasks, verify_build
 
+    wanted = ("agnoteadd_1", "agvenmopay_1", "gmailsend_1", "gphonetext_1", "gspotlist_1", "xsplitvenmo_1")
+    few = tuple(t for t in load_tasks() if t.task_id in wanted)
+    assert len(few) == len(wanted)
     shared = require_install()
-    cached = ensure_build(shared)
-    assert verify_build(cached) is None
-    install = AppWorldInstall(root=tmp_path, python=shared.python, version=shared.version)
-    shutil.copytree(cached.root, install.builds_dir / cached.root.name)
-    db = install.builds_dir / cached.root.name / "world" / "data" / "base_dbs" / "simple_note.db"
+    first = AppWorldInstall(root=tmp_path / "a", python=shared.python, version=shared.version)
+    build = ensure_build(first, few)
+    assert verify_build(build) is None
+    second = AppWorldInstall(root=tmp_path / "b", python=shared.python, version=shared.version)
+    shutil.copytree(build.root, second.builds_dir / build.root.name)
+    db = second.builds_dir / build.root.name / "world" / "data" / "base_dbs" / "simple_note.db"
     os.chmod(db, 0o644)
     with open(db, "r+b") as f:
         f.seek(200)
         f.write(b"damage")
     with caplog.at_level(logging.WARNING, logger="agentgym.envs.appworld.tasks"):
-        build = ensure_build(install)
+        rebuilt = ensure_build(second, few)
     assert "is damaged" in caplog.text and "simple_note.db" in caplog.text
-    assert build.root == install.builds_dir / cached.root.name and verify_build(build) is None
-    assert json.loads(build.manifest.read_text()) == json.loads(cached.manifest.read_text())
-    # Both trees are covered, and the workers' databases are copies (a write through one never reaches the other).
-    manifest = json.loads(build.manifest.read_text())
+    assert rebuilt.root == second.builds_dir / build.root.name and verify_build(rebuilt) is None
+    assert json.loads(rebuilt.manifest.read_text()) == json.loads(build.manifest.read_text())
+    # Both trees are covered, and the API processes' databases are copies (a write through one never reaches the
+    # evaluator's).
+    manifest = json.loads(rebuilt.manifest.read_text())
     assert any(k.startswith("world/data/base_dbs/") for k in manifest)
     assert any(k.startswith("full/data/tasks/") and "/ground_truth/" in k for k in manifest)
     assert not any(k.startswith("world/") and "ground_truth" in k for k in manifest)
-    assert os.stat(build.world_data / "base_dbs" / "simple_note.db").st_nlink == 1
+    assert os.stat(rebuilt.world_data / "base_dbs" / "simple_note.db").st_nlink == 1

@@ -1,7 +1,9 @@
-"""Our AppWorld task set, failure classification and where setup records the venv: no AppWorld venv needed."""
+"""Our generated AppWorld task suite (size, apps, scenarios, levels, disjoint splits, deterministic build), failure
+classification, goal completion per level, and where setup records the venv: no AppWorld venv needed."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections import Counter
@@ -9,29 +11,87 @@ from collections import Counter
 import pytest
 
 from agentgym.envs.appworld.env import FAILURE_MARKER, is_failure, scenario_goal_completion
-from agentgym.envs.appworld.tasks import load_tasks, scenario_of, split_task_ids
+from agentgym.envs.appworld.tasks import load_tasks, scenario_of, split_tasks
 
 
-def test_task_set_size_apps_and_scenarios():
+def test_suite_size_apps_scenarios_levels_and_splits():
     tasks = load_tasks()
-    assert len(tasks) >= 20
-    assert len({a for t in tasks for a in t.apps}) >= 3
-    per_scenario = Counter(t.scenario for t in tasks)
-    assert all(n >= 2 for n in per_scenario.values()), per_scenario  # SGC is meaningful
-    assert len({t.task_id for t in tasks}) == len(tasks)
+    assert len(tasks) >= 200 and len({t.task_id for t in tasks}) == len(tasks)
+    assert len({a for t in tasks for a in t.apps}) >= 6
+    scenarios = Counter(t.scenario for t in tasks)
+    assert len(scenarios) >= 30 and all(n >= 2 for n in scenarios.values()), scenarios  # SGC is meaningful
+    by_split = {s: split_tasks(s) for s in ("gen-train", "gen-dev", "gen-test")}
+    assert sum(map(len, by_split.values())) == len(tasks) == len(split_tasks("gen-all"))
+    sets = {s: {t.scenario for t in ts} for s, ts in by_split.items()}
+    assert not (sets["gen-train"] & sets["gen-dev"] or sets["gen-train"] & sets["gen-test"]
+                or sets["gen-dev"] & sets["gen-test"]), "splits share a scenario"
+    for split, ts in by_split.items():
+        assert {t.difficulty for t in ts} == {1, 2, 3}, split  # every split has the three levels
+    # Level 3 is multi-app, as AppWorld's is.
+    assert all(len(t.apps) >= 2 for t in tasks if t.difficulty == 3)
     for t in tasks:
-        assert t.task_id.count("_") == 1 and scenario_of(t.task_id) == t.scenario
-        assert t.solution and t.wrong_solution and t.instruction
+        assert t.task_id == f"{t.scenario}_{t.task_id.rsplit('_', 1)[1]}" and t.task_id.count("_") == 1
+        assert scenario_of(t.task_id) == t.scenario and t.scenario.isalnum()
+        assert t.solution and t.wrong_solution and t.instruction and t.difficulty in (1, 2, 3)
         assert not any(re.search(r"\$[a-z_{]", text) for text in (t.instruction, *t.solution, *t.wrong_solution))
-        assert "complete_task" in t.solution[-1]
+        assert "complete_task" in t.solution[-1] and t.solution != t.wrong_solution
+        for cell in (*t.solution, *t.wrong_solution):
+            compile(cell, t.task_id, "exec")  # every cell is Python
 
 
-def test_splits_are_disjoint_and_cover_three_apps_in_test():
-    train, test = set(split_task_ids("train")), set(split_task_ids("test"))
-    assert train and test and not (train & test)
-    assert set(split_task_ids("all")) == train | test
-    apps = {a for t in load_tasks() if t.task_id in test for a in t.apps}
-    assert len(apps) >= 3
+def test_the_suite_builds_deterministically_across_processes():
+    """The build's content hash (over every task's spec) is the same in a fresh interpreter with another hash seed:
+    nothing random but the generators' own seeded draws feeds the suite."""
+    import subprocess
+
+    from agentgym.envs.appworld.tasks import suite_digest
+
+    code = "from agentgym.envs.appworld.tasks import suite_digest; print(suite_digest())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout.strip()
+    assert out == suite_digest() and len(out) == 16
+
+
+def test_old_split_names_say_where_they_went():
+    from agentgym.envs.appworld import ENTRY
+    from agentgym.errors import TaskError
+
+    for old, new in (("test", "gen-test"), ("all", "gen-all")):
+        with pytest.raises(TaskError, match=new):
+            split_tasks(old)
+        ok, why = ENTRY.split_available(old)
+        assert not ok and new in why
+    # Each split lists every scenario's first task before any second one (--episodes N samples scenarios).
+    dev = split_tasks("gen-dev")
+    n_scen = len({t.scenario for t in dev})
+    assert {t.task_id.rsplit("_", 1)[1] for t in dev[:n_scen]} == {"1"}
+
+
+def test_difficulty_levels_follow_the_gold_solutions_calls():
+    from agentgym.envs.appworld.suite import level_of
+
+    assert level_of({"supervisor": 3, "simple_note": 4}) == 1
+    assert level_of({"supervisor": 3, "simple_note": 5}) == 2
+    assert level_of({"simple_note": 2, "todoist": 3, "api_docs": 9}) == 2
+    assert level_of({"simple_note": 4, "todoist": 6}) == 3
+    assert level_of({"phone": 1, "venmo": 1, "gmail": 1}) == 3
+
+
+def test_goal_completion_per_level():
+    from agentgym.eval.summary import format_goal_completion, goal_completion_by_level
+
+    rows = [{"scenario_id": "a", "difficulty": 1, "won": True, "error": None},
+            {"scenario_id": "a", "difficulty": 1, "won": True, "error": None},
+            {"scenario_id": "b", "difficulty": 1, "won": False, "error": None},
+            {"scenario_id": "b", "difficulty": 1, "won": True, "error": None},
+            {"scenario_id": "c", "difficulty": 3, "won": True, "error": None},
+            {"scenario_id": "c", "difficulty": 3, "won": False, "error": {"kind": "env_crash"}}]
+    table = goal_completion_by_level(rows)
+    assert table == [{"level": 1, "episodes": 4, "tgc": 0.75, "scenarios": 2, "sgc": 0.5},
+                     {"level": 3, "episodes": 1, "tgc": 1.0, "scenarios": 1, "sgc": 1.0},
+                     {"level": "All", "episodes": 5, "tgc": 0.8, "scenarios": 3, "sgc": 2 / 3}]
+    assert "| 1 | 4 | 75.0 | 2 | 50.0 |" in format_goal_completion(table)
+    assert goal_completion_by_level([{"won": True}]) is None
 
 
 @pytest.mark.parametrize("output,failed", [

@@ -1,28 +1,32 @@
-"""AppWorld worker processes: a fork server per interpreter, one sandboxed child per episode, and the evaluator.
+"""AppWorld processes: two fork servers per interpreter, and per episode a sandboxed worker and a trusted API process.
 
-A :class:`_Server` is one process of ``worker.py`` in the AppWorld venv, started in the network namespace of
-:mod:`.sandbox` with a scrubbed environment. It imports AppWorld once (seconds) and then forks, on request, a
-:class:`Worker` (one world, one episode; its own session, workspace, stderr log and rlimits) or an evaluator child
-(:func:`run_evaluator`, a fresh process that never ran agent code). Forking costs milliseconds, so every episode
-gets a process of its own and no process ever hosts a second world.
+* The **trusted server** (``apiserver.py``, started in a network namespace of its own where possible) imports
+  AppWorld and every app once and forks, per episode, an :class:`ApiProcess` (the task's world: its databases, its
+  apps behind AppWorld's ``TestClient``) and, per evaluation, an evaluator (:func:`run_evaluator`). It never runs
+  agent code.
+* The **agent zygote** (``worker.py``, in bubblewrap: :func:`.sandbox.zygote_command`) imports AppWorld's code-cell
+  machinery (no app) and forks, per episode, a :class:`Worker` that confines itself (namespaces, tmpfs workspace,
+  capabilities, Landlock, seccomp: :mod:`.sandbox`) and runs the agent's cells.
+* The only link between a worker and its API process is the **API channel**: a ``socketpair`` the parent makes when
+  it forks the worker (one end goes to the worker at once, the other to the API process at reset), carrying API
+  requests only (``channel.py``).
 
-A worker child forbids itself every new process at the kernel level (a seccomp filter) and confines its file access
-(Landlock); a warning is logged once for each where the kernel does not allow it. It speaks JSON lines over two
-pipes. Every request carries a fresh random ``id`` that the reply must repeat, and lines that carry another are
-skipped: a line that agent code writes into the reply pipe (``os.write`` is not audited) cannot answer a request it
-does not know. Agent code *can* learn the id of the request running it (frame introspection through
-``object.__getattribute__`` is not refused), and so fake the observation and ``process_ok`` of its own episode --
-nothing more: the evaluation reads only the saved state, in a fresh process. A line longer than
-:data:`MAX_LINE_BYTES` ends the worker. Requests are written with a deadline too: a worker that stopped reading is
-killed. The parent trusts nothing else a worker says: it marks a worker *tainted* itself as soon as it has sent it a
-code cell, never reuses a worker for another episode, and builds the path of the saved state itself
-(:meth:`Worker.output_dbs`).
+Forking costs milliseconds, so every episode gets processes of its own and no process ever hosts a second world.
+Both kinds of children speak JSON lines over two pipes with the parent. Every request carries a fresh random ``id``
+that the reply must repeat, and lines that carry another are skipped: a line that agent code writes into its reply
+pipe cannot answer a request it does not know (it can fake its own cell's observation -- nothing the episode's end
+or score depends on, which the parent takes from the API process and the evaluator). A line longer than
+:data:`MAX_LINE_BYTES`, or one that is not JSON or nests too deep, never raises here: an oversized line ends the
+child, any other is skipped. Requests are written with a deadline too: a worker that stopped reading is killed. The
+parent trusts nothing a worker says beyond its cell's output: it marks a worker *tainted* itself as soon as it has
+sent it a code cell and never reuses a worker for another episode.
 
-Failures are typed errors: a worker that exits or closes its pipe raises :class:`~agentgym.errors.EnvCrashError`;
+Failures are typed errors: a child that exits or closes its pipe raises :class:`~agentgym.errors.EnvCrashError`;
 one that does not answer within its wall-clock limit is killed (its whole process group) and raises
 :class:`~agentgym.errors.EpisodeTimeoutError`. Whether that is the agent's doing is for the env to decide
-(:attr:`Worker.tainted`). The :class:`WorkerPool` keeps ``spares`` forked children ready and replaces any that died
-while waiting.
+(:attr:`Worker.tainted`). The :class:`WorkerPool` keeps ``spares`` forked workers ready and replaces any that died
+while waiting. A worker whose sandbox lacks a layer that the env's ``unsafe`` setting does not allow is disposed of
+before it ever sees code (:class:`~.sandbox.SandboxUnavailableError`).
 """
 
 from __future__ import annotations
@@ -40,24 +44,27 @@ import tempfile
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import AgentGymError, EnvCrashError, EpisodeTimeoutError
-from .sandbox import SandboxLimits, rlimits, sandbox_command, scrubbed_env
+from .sandbox import (LAYERS, SandboxLimits, SandboxUnavailableError, rlimits, scrubbed_env, server_command,
+                      zygote_command, zygote_config)
 
-__all__ = ["Worker", "WorkerPool", "WorkerSpec", "run_evaluator", "get_pool", "get_server", "close_servers",
-           "EvaluationError", "EXPERIMENT", "MAX_LINE_BYTES"]
+__all__ = ["Worker", "ApiProcess", "WorkerPool", "WorkerSpec", "run_evaluator", "get_pool", "get_server",
+           "get_zygote", "close_servers", "EvaluationError", "EvaluationTimeoutError", "EXPERIMENT",
+           "MAX_LINE_BYTES"]
 
 logger = logging.getLogger(__name__)
 
 _HERE = Path(__file__).resolve().parent
-WORKER_SCRIPT = _HERE / "worker.py"
-#: AppWorld experiment name of every episode (the saved state lives under it in the worker's workspace)
+APISERVER_SCRIPT = _HERE / "apiserver.py"
+#: AppWorld experiment name of every episode
 EXPERIMENT = "agentgym"
-#: the longest protocol line a worker may write (a cell's output included)
+#: the longest protocol line a child may write (a cell's output included)
 MAX_LINE_BYTES = 32 * 1024**2
 _CONTROL_TIMEOUT = 60.0
+_CONTROL_BYTES = 1 << 22
 
 
 class EvaluationError(AgentGymError, RuntimeError):
@@ -66,11 +73,17 @@ class EvaluationError(AgentGymError, RuntimeError):
     kind = "env_crash"
 
 
+class EvaluationTimeoutError(EvaluationError):
+    """The evaluation of a state did not finish in time (the env scores it: the agent made the state)."""
+
+    kind = "timeout"
+
+
 class _ChannelClosed(Exception):
     pass
 
 
-class _Channel:
+class _Replies:
     """The parent's read end of a child's reply pipe: JSON lines, read with a deadline, matched by ``id``."""
 
     def __init__(self, fd: int, pid: int):
@@ -79,14 +92,14 @@ class _Channel:
         self.skipped = 0
 
     def _skip(self, line: bytes) -> None:
-        if not self.skipped:  # once per worker: a flood of forged lines must not flood the log
-            logger.warning("AppWorld worker %d wrote a line that answers no request of the parent (forged or "
-                           "stale), skipped (and so will be any more): %r", self.pid, line[:200])
+        if not self.skipped:  # once per child: a flood of forged lines must not flood the log
+            logger.warning("AppWorld child %d wrote a line that answers no request of the parent (forged or stale), "
+                           "skipped (and so will be any more): %r", self.pid, line[:200])
         self.skipped += 1
 
     def read(self, rid: str, timeout: float, what: str) -> dict:
         """The next line that answers ``rid``; raises :class:`EpisodeTimeoutError`, :class:`_ChannelClosed` (EOF or
-        an oversized line). Lines that are not JSON or carry another id are skipped."""
+        an oversized line). Lines that are not JSON objects, nest too deep or carry another id are skipped."""
         deadline = time.monotonic() + timeout
         while True:
             start = 0
@@ -97,7 +110,7 @@ class _Channel:
                         continue
                     try:
                         msg = json.loads(line)
-                    except ValueError:
+                    except (ValueError, RecursionError):
                         msg = None
                     if isinstance(msg, dict) and msg.get("id") == rid:
                         return msg
@@ -108,7 +121,7 @@ class _Channel:
                 raise _ChannelClosed(f"a protocol line over {MAX_LINE_BYTES} bytes")
             left = deadline - time.monotonic()
             if left <= 0:
-                raise EpisodeTimeoutError(f"AppWorld worker {self.pid} did not answer {what} within {timeout:.0f}s")
+                raise EpisodeTimeoutError(f"AppWorld child {self.pid} did not answer {what} within {timeout:.0f}s")
             ready, _, _ = select.select([self.fd], [], [], left)
             if ready:
                 chunk = os.read(self.fd, 1 << 20)
@@ -123,19 +136,17 @@ class _Channel:
 
 
 class _Server:
-    """The fork server (``worker.py``) of one interpreter; see the module docstring."""
+    """A fork server (``apiserver.py`` or the zygote of ``worker.py``); see the module docstring."""
 
-    def __init__(self, python: str, network: bool, scratch_dir: str, start_seconds: float):
-        self.python, self.network = python, network
-        self.home = _workspace(scratch_dir, "server-")
+    def __init__(self, name: str, argv_for, scratch_dir: str, start_seconds: float):
+        self.name = name
+        self.home = _workspace(scratch_dir, f"{name}-")
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        argv = sandbox_command([python, "-I", str(WORKER_SCRIPT), json.dumps({"control_fd": theirs.fileno()})],
-                               SandboxLimits(network=network))
+        argv = argv_for(theirs.fileno(), self.home)
         self._log_path = os.path.join(self.home, ".server.log")
         t0 = time.monotonic()
         with open(self._log_path, "wb") as log:
-            # Its own session (close() kills the whole group); no preexec_fn: this process may have threads, and
-            # the server sets its own rlimits.
+            # Its own session (close() kills the whole group); no preexec_fn: this process may have threads.
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=self.home,
                                          env=scrubbed_env(self.home), pass_fds=(theirs.fileno(),),
                                          start_new_session=True)
@@ -143,6 +154,7 @@ class _Server:
         self.sock = ours
         self._lock = threading.Lock()
         self._seq = 0
+        self._api_table: dict | None = None
         try:
             ready = self._recv(start_seconds, "start-up")
         except AgentGymError:
@@ -150,7 +162,8 @@ class _Server:
             raise
         if not ready.get("ready"):
             self.close()
-            raise EnvCrashError(f"the AppWorld fork server sent {ready!r} instead of ready")
+            raise EnvCrashError(f"the AppWorld {name} sent {ready!r} instead of ready")
+        self.info = ready
         #: seconds from start to ready (importing AppWorld)
         self.ready_seconds = time.monotonic() - t0
 
@@ -162,46 +175,48 @@ class _Server:
             answer = self._recv_one(max(0.001, deadline - time.monotonic()), what)
             if seq is None or answer.get("seq") == seq:
                 return answer
-            logger.info("skipped a stale answer of the AppWorld fork server: %r", answer)
+            logger.info("skipped a stale answer of the AppWorld %s: %r", self.name, answer)
 
     def _recv_one(self, timeout: float, what: str) -> dict:
         self.sock.settimeout(timeout)
         try:
-            data = self.sock.recv(1 << 16)
+            data = self.sock.recv(_CONTROL_BYTES)
         except socket.timeout:
             self.close()
-            raise EpisodeTimeoutError(f"the AppWorld fork server did not answer {what} within {timeout:.0f}s") \
+            raise EpisodeTimeoutError(f"the AppWorld {self.name} did not answer {what} within {timeout:.0f}s") \
                 from None
         except OSError:
             data = b""
         if not data:
             code = self.proc.poll()
             self.close()
-            raise EnvCrashError(f"the AppWorld fork server died during {what} (exit code {code}); log tail:\n"
-                                f"{_tail(self._log_path, 2000)}")
+            raise EnvCrashError(f"the AppWorld {self.name} died during {what} (exit code {code}); log tail:\n"
+                                f"{_tail(self._log_path, 3000)}")
         return json.loads(data)
 
     def call(self, msg: dict, fds: tuple[int, ...] = (), timeout: float = _CONTROL_TIMEOUT) -> dict:
         with self._lock:
             if not self.alive():
-                raise EnvCrashError("the AppWorld fork server is not running")
+                raise EnvCrashError(f"the AppWorld {self.name} is not running")
             self._seq += 1
             try:
                 socket.send_fds(self.sock, [json.dumps({**msg, "seq": self._seq}).encode()], list(fds))
             except OSError as e:
                 self.close()
-                raise EnvCrashError(f"the AppWorld fork server is gone ({e})") from e
+                raise EnvCrashError(f"the AppWorld {self.name} is gone ({e})") from e
             answer = self._recv(timeout, msg["op"], self._seq)
         if "error" in answer:
-            raise EnvCrashError(f"the AppWorld fork server refused {msg['op']}: {answer['error']}")
+            raise EnvCrashError(f"the AppWorld {self.name} refused {msg['op']}: {answer['error']}")
         return answer
 
-    def fork(self, msg: dict, stdin: bool) -> tuple[int, int | None, int]:
-        """Fork a child for ``msg``; returns (pid, write end of its request pipe or None, read end of its replies)."""
+    def fork(self, msg: dict, stdin: bool, extra_fds: tuple[int, ...] = ()) -> tuple[int, int | None, int]:
+        """Fork a child for ``msg``; returns (pid, write end of its request pipe or None, read end of its replies).
+        The child gets its reply pipe, its request pipe (``stdin``) and ``extra_fds``, in that order."""
         resp_r, resp_w = os.pipe()
         req_r, req_w = os.pipe() if stdin else (None, None)
         try:
-            pid = self.call({"op": "fork", **msg}, (resp_w,) + ((req_r,) if req_r is not None else ()))["pid"]
+            fds = (resp_w,) + ((req_r,) if req_r is not None else ()) + tuple(extra_fds)
+            pid = self.call({"op": "fork", **msg}, fds)["pid"]
         except BaseException:
             for fd in (resp_r, req_w):
                 if fd is not None:
@@ -212,6 +227,12 @@ class _Server:
                 if fd is not None:
                     os.close(fd)
         return pid, req_w, resp_r
+
+    def api_table(self) -> dict:
+        """The apps' public APIs (trusted server only; asked once)."""
+        if self._api_table is None:
+            self._api_table = self.call({"op": "api_table"})["table"]
+        return self._api_table
 
     def kill(self, pid: int) -> str:
         """Kill a child's process group and reap it; how it ended."""
@@ -240,40 +261,60 @@ class _Server:
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            logger.error("the AppWorld fork server %d did not exit after SIGKILL", self.proc.pid)
+            logger.error("the AppWorld %s %d did not exit after SIGKILL", self.name, self.proc.pid)
         shutil.rmtree(self.home, ignore_errors=True)
 
 
-_SERVERS: dict[tuple[str, bool, str], _Server] = {}
+_SERVERS: dict[tuple, _Server] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-def get_server(python: str, network: bool, scratch_dir: str, start_seconds: float = 120.0) -> _Server:
-    """The process-wide fork server for this interpreter (started, or restarted after it died, on demand)."""
-    key = (python, network, scratch_dir)
+def _get(key: tuple, name: str, argv_for, scratch_dir: str, start_seconds: float) -> _Server:
     with _SERVERS_LOCK:
         server = _SERVERS.get(key)
         if server is None or not server.alive():
             if server is not None:
-                logger.warning("the AppWorld fork server died; starting another")
+                logger.warning("the AppWorld %s died; starting another", name)
                 server.close()
             _sweep_orphans(scratch_dir)
-            server = _SERVERS[key] = _Server(python, network, scratch_dir, start_seconds)
-            logger.info("AppWorld fork server ready in %.1fs", server.ready_seconds)
+            server = _SERVERS[key] = _Server(name, argv_for, scratch_dir, start_seconds)
+            logger.info("AppWorld %s ready in %.1fs", name, server.ready_seconds)
         return server
+
+
+def get_server(python: str, scratch_dir: str, start_seconds: float = 120.0) -> _Server:
+    """The process-wide trusted server for this interpreter (started, or restarted after it died, on demand)."""
+
+    def argv_for(fd: int, home: str) -> list[str]:
+        return server_command([python, "-I", "-B", str(APISERVER_SCRIPT), json.dumps({"control_fd": fd})])
+
+    return _get(("server", python, scratch_dir), "trusted server", argv_for, scratch_dir, start_seconds)
+
+
+def get_zygote(python: str, scratch_dir: str, use_bwrap: bool, limits: SandboxLimits = SandboxLimits()) -> _Server:
+    """The process-wide agent zygote for this interpreter and sandbox (bubblewrap or not)."""
+
+    def argv_for(fd: int, home: str) -> list[str]:
+        os.makedirs(os.path.join(home, "ws"), exist_ok=True)
+        return zygote_command(python, zygote_config(fd, use_bwrap, home), limits, use_bwrap)
+
+    key = ("zygote", python, scratch_dir, use_bwrap, limits.tmp_bytes)
+    return _get(key, "agent zygote", argv_for, scratch_dir, limits.start_seconds)
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """Everything needed to start workers of one kind.
+    """Everything needed to start the processes of one kind of episode.
 
     Attributes:
         python: the AppWorld venv's interpreter.
-        world_data: the ``data`` tree a worker's world is loaded from (the guard lets it read only its own task's
-            inputs there, never a ``ground_truth`` folder).
-        scratch_dir: where per-worker workspaces are made.
+        world_data: the ``data`` tree the API process loads a task's world from (never a ``ground_truth`` folder).
+        scratch_dir: where per-process workspaces of the trusted side are made.
         limits: the sandbox limits.
         max_interactions: AppWorld's own cap on the cells a world executes.
+        use_bwrap: start the zygote in bubblewrap (:func:`.sandbox.probe` says whether it works here).
+        allowed_missing: sandbox layers that may be missing (the env's ``unsafe``); a worker missing another one is
+            refused before it sees any code.
     """
 
     python: str
@@ -281,10 +322,11 @@ class WorkerSpec:
     scratch_dir: str
     limits: SandboxLimits = SandboxLimits()
     max_interactions: int = 1000
+    use_bwrap: bool = True
+    allowed_missing: frozenset = field(default_factory=frozenset)
 
 
-_warned_unconfined = False
-_warned_files = False
+_warned_missing: set[str] = set()
 
 
 def _tail(path: str, n: int) -> str:
@@ -298,16 +340,12 @@ def _tail(path: str, n: int) -> str:
 
 
 def _kill_child(server: _Server, pid: int) -> str:
-    """Kill a fork-server child's process group and reap it; how it ended. Never raises: when the server is gone
-    (and with it the reaping) the child is init's, so its group is killed directly."""
+    """Kill a fork-server child's process group and reap it; how it ended. Never raises: when the server is gone,
+    so are its children (their pid namespace, or the server's kill on EOF)."""
     try:
         return server.kill(pid)
     except AgentGymError:
-        try:
-            os.killpg(pid, 9)
-        except (ProcessLookupError, PermissionError):
-            pass
-        return "killed (fork server gone)"
+        return "killed (its server is gone)"
 
 
 def _workspace(scratch_dir: str, prefix: str) -> str:
@@ -317,38 +355,23 @@ def _workspace(scratch_dir: str, prefix: str) -> str:
     return ws
 
 
-class Worker:
-    """One sandboxed worker child of the fork server: one world, one episode; see the module docstring."""
+class _Child:
+    """A fork-server child that speaks JSON lines with the parent (see the module docstring)."""
 
-    def __init__(self, spec: WorkerSpec):
-        self.spec = spec
-        self.workspace = _workspace(spec.scratch_dir, "worker-")
+    kind = "child"
+
+    def _start_child(self, server: _Server, msg: dict, extra_fds: tuple[int, ...]) -> None:
+        self.server = server
         self.started_at = time.monotonic()
-        self.ready_seconds: float | None = None
-        self.server = get_server(spec.python, spec.limits.network, spec.scratch_dir, spec.limits.start_seconds)
         self._ready_id = secrets.token_hex(16)
-        msg = {"role": "worker", "id": self._ready_id, "workspace": self.workspace, "world_data": spec.world_data,
-               "timeout_seconds": spec.limits.cell_timeout_seconds, "max_interactions": spec.max_interactions,
-               "limits": rlimits(spec.limits)}
-        try:
-            self.pid, req_w, resp_r = self.server.fork(msg, stdin=True)
-        except BaseException:
-            shutil.rmtree(self.workspace, ignore_errors=True)
-            raise
+        self.pid, req_w, resp_r = server.fork({**msg, "id": self._ready_id}, stdin=True, extra_fds=extra_fds)
         assert req_w is not None
         os.set_blocking(req_w, False)  # writes wait in select() against the request's deadline (_send)
         self._req_fd = req_w
-        self._replies = _Channel(resp_r, self.pid)
-        self._ready = False
+        self._replies = _Replies(resp_r, self.pid)
         self.closed = False
         #: how the process ended (set once it was killed and reaped)
         self.status: str | None = None
-        #: a code cell was sent here: from then on everything this process does is the agent's doing
-        self.tainted = False
-        #: why the kernel does not forbid this worker to create processes (None: it does; see worker.py)
-        self.unconfined: str | None = None
-        #: why the kernel does not confine this worker's file access (None: Landlock does; see worker.py)
-        self.files_unconfined: str | None = None
         _LIVE.add(self)
 
     def alive(self) -> bool:
@@ -362,64 +385,54 @@ class Worker:
             self.status = status  # reaped by the poll: kill() then has nothing left to do
         return alive
 
-    def _stderr_tail(self) -> str:
-        return _tail(os.path.join(self.workspace, ".worker-stderr.log"), 1500)
+    def _log_tail(self) -> str:
+        return ""
 
     def _next(self, rid: str, timeout: float, what: str) -> dict:
         try:
             return self._replies.read(rid, timeout, what)
         except EpisodeTimeoutError:
             self.kill()
-            raise EpisodeTimeoutError(f"AppWorld worker {self.pid} did not answer {what} within {timeout:.0f}s "
+            raise EpisodeTimeoutError(f"AppWorld {self.kind} {self.pid} did not answer {what} within {timeout:.0f}s "
                                       "and was killed") from None
         except _ChannelClosed as e:
+            self._settle()
             self.kill()
-            raise EnvCrashError(f"AppWorld worker {self.pid} ended during {what}: {e} ({self.status}); stderr "
-                                f"tail:\n{self._stderr_tail()}") from None
+            raise EnvCrashError(f"AppWorld {self.kind} {self.pid} ended during {what}: {e} ({self.status}); log "
+                                f"tail:\n{self._log_tail()}") from None
 
-    def wait_ready(self) -> None:
-        if self._ready:
-            return
-        ready = self._next(self._ready_id, self.spec.limits.start_seconds, "start-up")
-        global _warned_unconfined, _warned_files
-        self.unconfined = ready.get("unconfined")
-        if self.unconfined and not _warned_unconfined:
-            logger.warning("AppWorld workers cannot forbid process creation at the kernel level here (%s); only "
-                           "their audit hook and RLIMIT_NPROC stand in the way", ready["unconfined"])
-            _warned_unconfined = True
-        self.files_unconfined = ready.get("files_unconfined")
-        if self.files_unconfined and not _warned_files:
-            logger.warning("AppWorld workers cannot confine their files at the kernel level here (%s); only their "
-                           "audit hook does, which C code reached through AppWorld's venv (cffi) can bypass",
-                           self.files_unconfined)
-            _warned_files = True
-        self._ready = True
-        self.ready_seconds = time.monotonic() - self.started_at
+    def _settle(self, timeout: float = 5.0) -> None:
+        """After its pipe closed: give the child a moment to end by itself (a worker's intermediate process exits
+        right after the worker, reporting how it ended), so that :attr:`status` says how, not "killed"."""
+        deadline = time.monotonic() + timeout
+        while self.status is None and time.monotonic() < deadline and self.alive():
+            time.sleep(0.02)
 
-    def request(self, op: str, timeout: float | None = None, **fields) -> dict:
+    def request(self, op: str, timeout: float, **fields) -> dict:
         """Send one request; return the reply (``ok`` True) or raise a typed error."""
         if self.closed:
-            raise EnvCrashError(f"AppWorld worker {self.pid} is closed ({self.status})")
-        self.wait_ready()
+            raise EnvCrashError(f"AppWorld {self.kind} {self.pid} is closed ({self.status})")
         rid = secrets.token_hex(16)
-        timeout = self.spec.limits.wall_seconds_per_request if timeout is None else timeout
         deadline = time.monotonic() + timeout
         self._send((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode("utf-8"), deadline, op)
         reply = self._next(rid, max(0.0, deadline - time.monotonic()), op)
         if not reply.get("ok"):
-            raise EnvCrashError(f"AppWorld worker {self.pid} failed {op}: {reply.get('error')}")
+            raise EnvCrashError(f"AppWorld {self.kind} {self.pid} failed {op}: {reply.get('error')}")
         return reply
 
+    def _sent(self, op: str) -> None:
+        pass
+
     def _send(self, data: bytes, deadline: float, op: str) -> None:
-        """Write a request before ``deadline``: a worker that stopped reading (a thread of an earlier cell can
-        SIGSTOP it) is killed instead of blocking this process once the pipe is full."""
+        """Write a request before ``deadline``: a child that stopped reading (a thread of an earlier cell can SIGSTOP
+        a worker) is killed instead of blocking this process once the pipe is full."""
         view = memoryview(data)
         while view:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
-                raise EpisodeTimeoutError(f"AppWorld worker {self.pid} did not take the {op} request within the "
-                                          "time limit and was killed")
+                raise EpisodeTimeoutError(f"AppWorld {self.kind} {self.pid} did not take the {op} request within "
+                                          "the time limit and was killed")
             try:
                 if not select.select([], [self._req_fd], [], left)[1]:
                     continue
@@ -427,19 +440,15 @@ class Worker:
             except BlockingIOError:
                 continue
             except OSError as e:
+                self._settle()
                 self.kill()
-                raise EnvCrashError(f"AppWorld worker {self.pid} is gone ({e}; {self.status}); stderr tail:\n"
-                                    f"{self._stderr_tail()}") from None
-            if op == "execute":
-                self.tainted = True  # (part of) a code cell reached it
+                raise EnvCrashError(f"AppWorld {self.kind} {self.pid} is gone ({e}; {self.status}); log tail:\n"
+                                    f"{self._log_tail()}") from None
+            self._sent(op)
             view = view[n:]
 
-    def output_dbs(self, task_id: str) -> str:
-        """Where AppWorld saves this worker's world state after every cell (built here, never asked of the worker)."""
-        return os.path.join(self.workspace, "experiments", "outputs", EXPERIMENT, "tasks", task_id, "dbs")
-
     def kill(self) -> None:
-        """Kill the worker's whole process group and reap it (idempotent); its workspace stays for evaluation."""
+        """Kill the child's whole process group and reap it (idempotent); its workspace stays."""
         if self.status is None:
             self.status = _kill_child(self.server, self.pid)
         self._close_pipes()
@@ -454,16 +463,134 @@ class Worker:
             self._replies.close()
 
     def dispose(self) -> None:
-        """Kill it and delete its workspace."""
         self.kill()
-        shutil.rmtree(self.workspace, ignore_errors=True)
 
     def abandon(self) -> None:
         """Dispose of it later, from a safe place (:func:`_dispose_abandoned`): for finalizers, which may run inside
-        a call to the fork server (its lock is not reentrant), so they must not call it. Closing the pipes already
-        ends a worker that is waiting for a request."""
+        a call to a server (its lock is not reentrant), so they must not call it. Closing the pipes already ends a
+        child that is waiting for a request."""
         self._close_pipes()
         _ABANDONED.append(self)
+
+
+class Worker(_Child):
+    """One sandboxed worker: one world, one episode of agent code (see the module docstring). It holds the parent's
+    end of its API channel (:attr:`api_peer`) until :meth:`take_api_peer` hands it to the episode's API process."""
+
+    kind = "worker"
+
+    def __init__(self, spec: WorkerSpec):
+        self.spec = spec
+        self.ready_seconds: float | None = None
+        zygote = get_zygote(spec.python, spec.scratch_dir, spec.use_bwrap, spec.limits)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        limits = {k: v for k, v in rlimits(spec.limits).items()}
+        try:
+            self._start_child(zygote, {"workspace_bytes": spec.limits.workspace_bytes, "limits": limits},
+                              (theirs.fileno(),))
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.api_peer: socket.socket | None = ours
+        self._ready = False
+        #: a code cell was sent here: from then on everything this process does is the agent's doing
+        self.tainted = False
+        #: the sandbox layers this worker reports missing ({layer: why})
+        self.missing: dict[str, str] = {}
+
+    def _sent(self, op: str) -> None:
+        if op == "execute":
+            self.tainted = True  # (part of) a code cell reached it
+
+    def take_api_peer(self) -> socket.socket:
+        peer, self.api_peer = self.api_peer, None
+        if peer is None:
+            raise EnvCrashError(f"AppWorld worker {self.pid} has no API channel left to give")
+        return peer
+
+    def wait_ready(self) -> None:
+        """Wait for the worker to confine itself; refuse it (:class:`SandboxUnavailableError`) when a layer that
+        the spec does not allow to be missing is."""
+        if self._ready:
+            return
+        ready = self._next(self._ready_id, self.spec.limits.start_seconds, "start-up")
+        layers = dict(ready.get("layers") or {})
+        missing = {k: str(v) for k, v in layers.items() if v and k in LAYERS}
+        uid = ready.get("uid")
+        if not isinstance(uid, int) or uid == 0:
+            missing["unprivileged_uid"] = f"agent code runs as uid {uid}"
+        if not self.spec.use_bwrap:
+            missing["bwrap"] = "the zygote runs without bubblewrap"
+        self.missing = missing
+        refused = {k: v for k, v in missing.items() if k not in self.spec.allowed_missing}
+        if refused:
+            self.dispose()
+            raise SandboxUnavailableError(f"an AppWorld worker lacks sandbox layers that unsafe= does not allow: "
+                                          f"{refused}; it was stopped before running any code")
+        for k, v in missing.items():
+            if k not in _warned_missing:
+                _warned_missing.add(k)
+                logger.warning("AppWorld workers run without the %s layer (%s): %s", k, LAYERS[k], v)
+        self._ready = True
+        self.ready_seconds = time.monotonic() - self.started_at
+
+    def request(self, op: str, timeout: float | None = None, **fields) -> dict:
+        self.wait_ready()
+        return super().request(op, self.spec.limits.wall_seconds_per_request if timeout is None else timeout,
+                               **fields)
+
+    def tree(self) -> dict[str, str]:
+        """The state letters of the worker's processes, as the zygote sees them (for tests)."""
+        return dict(self.server.call({"op": "tree", "pid": self.pid})["states"])
+
+    def _close_pipes(self) -> None:
+        super()._close_pipes()
+        if self.api_peer is not None:
+            self.api_peer.close()
+            self.api_peer = None
+
+
+class ApiProcess(_Child):
+    """One trusted API process: the task's world, served to one worker over its API channel (see
+    ``apiserver.py``)."""
+
+    kind = "API process"
+
+    def __init__(self, spec: WorkerSpec, task_id: str, api_peer: socket.socket):
+        self.spec = spec
+        self.task_id = task_id
+        self.workspace = _workspace(spec.scratch_dir, "apis-")
+        #: where the API process saves the world's state for the evaluator (built here, never asked of anyone)
+        self.state_dir = os.path.join(self.workspace, "state", "dbs")
+        server = get_server(spec.python, spec.scratch_dir, spec.limits.start_seconds)
+        limits = {k: v for k, v in rlimits(spec.limits).items() if k != "RLIMIT_NPROC"}
+        msg = {"role": "apis", "task_id": task_id, "experiment": EXPERIMENT, "world_data": spec.world_data,
+               "workspace": self.workspace, "state_dir": self.state_dir, "limits": limits,
+               "max_requests": spec.limits.max_api_requests, "max_request_bytes": spec.limits.max_api_request_bytes}
+        try:
+            self._start_child(server, msg, (api_peer.fileno(),))
+        except BaseException:
+            shutil.rmtree(self.workspace, ignore_errors=True)
+            raise
+        finally:
+            api_peer.close()
+
+    def _log_tail(self) -> str:
+        return _tail(os.path.join(self.workspace, ".apis-stderr.log"), 2000)
+
+    def start(self) -> dict:
+        """Wait for the world to load; its instruction, supervisor and datetime."""
+        reply = self._next(self._ready_id, self.spec.limits.start_seconds, "start-up")
+        if not reply.get("ok"):
+            raise EnvCrashError(f"the AppWorld API process could not load task {self.task_id}: {reply.get('error')}")
+        return reply
+
+    def dispose(self) -> None:
+        """Kill it and delete its workspace (the saved state with it)."""
+        self.kill()
+        shutil.rmtree(self.workspace, ignore_errors=True)
 
 
 class WorkerPool:
@@ -477,7 +604,7 @@ class WorkerPool:
         self.replaced = 0
 
     def acquire(self) -> Worker:
-        """A live worker, ready for ``reset``; dead spares are discarded and replaced."""
+        """A live worker, confined and ready for ``reset``; dead spares are discarded and replaced."""
         _dispose_abandoned()
         with self._lock:
             worker = None
@@ -499,12 +626,14 @@ class WorkerPool:
                 raise
         try:
             worker.wait_ready()
+        except SandboxUnavailableError:
+            raise
         except BaseException as e:
             worker.dispose()
             if not isinstance(e, AgentGymError):
                 raise
             self.replaced += 1
-            logger.warning("AppWorld worker failed to start; starting another")
+            logger.warning("AppWorld worker failed to start (%s); starting another", e)
             worker = Worker(self.spec)
             try:
                 worker.wait_ready()
@@ -540,25 +669,25 @@ def _sweep_orphans(scratch_dir: str) -> None:
 
 _POOLS: dict[WorkerSpec, WorkerPool] = {}
 _POOLS_LOCK = threading.Lock()
-#: every started worker, so that none outlives this process (envs that were never closed included)
-_LIVE: "weakref.WeakSet[Worker]" = weakref.WeakSet()
-#: workers a finalizer gave up (:meth:`Worker.abandon`), disposed of at the next acquire or at exit
-_ABANDONED: list[Worker] = []
-#: the process that owns the servers and workers above (a raw ``os.fork()`` child inherits them, not their ownership)
+#: every started child, so that none outlives this process (envs that were never closed included)
+_LIVE: "weakref.WeakSet[_Child]" = weakref.WeakSet()
+#: children a finalizer gave up (:meth:`_Child.abandon`), disposed of at the next acquire or at exit
+_ABANDONED: list[_Child] = []
+#: the process that owns the servers and children above (a raw ``os.fork()`` child inherits them, not their ownership)
 _OWNER = os.getpid()
 
 
 def _dispose_abandoned() -> None:
     while _ABANDONED:
         try:
-            worker = _ABANDONED.pop()
+            child = _ABANDONED.pop()
         except IndexError:  # another thread took the last one
             break
-        worker.dispose()
+        child.dispose()
 
 
 def _forget_inherited() -> None:
-    """In a forked child: the servers, pools and workers are the parent's -- forget them, never kill them."""
+    """In a forked child: the servers, pools and children are the parent's -- forget them, never kill them."""
     global _SERVERS_LOCK, _POOLS_LOCK, _OWNER
     _SERVERS.clear()
     _POOLS.clear()
@@ -581,7 +710,11 @@ def get_pool(spec: WorkerSpec, spares: int = 1) -> WorkerPool:
 
 
 def close_servers() -> None:
-    """Stop every fork server of this process (the next worker or evaluation starts a fresh one)."""
+    """Stop every server of this process (the next worker or evaluation starts fresh ones)."""
+    with _POOLS_LOCK:
+        for pool in _POOLS.values():
+            pool.close()
+        _POOLS.clear()
     with _SERVERS_LOCK:
         for server in _SERVERS.values():
             server.close()
@@ -595,32 +728,33 @@ def _close_all() -> None:
     _dispose_abandoned()
     for pool in list(_POOLS.values()):
         pool.close()
-    for worker in list(_LIVE):
-        worker.dispose()
+    for child in list(_LIVE):
+        child.dispose()
     close_servers()
 
 
 def run_evaluator(python: str, full_data: str, manifest: str | None, task_id: str, output_dbs: str,
-                  scratch_dir: str, timeout: float = 180.0) -> dict:
-    """Evaluate in a process of its own (a child of the fork server that never ran agent code); returns its result
-    or raises :class:`EvaluationError`."""
-    server = get_server(python, True, scratch_dir)
+                  scratch_dir: str, timeout: float = 120.0) -> dict:
+    """Evaluate in a process of its own (a child of the trusted server that never ran agent code); returns its
+    result, or raises :class:`EvaluationTimeoutError` past ``timeout`` and :class:`EvaluationError` when it failed."""
+    server = get_server(python, scratch_dir)
     scratch = _workspace(scratch_dir, "eval-")
     rid = secrets.token_hex(16)
     job = {"full_data": full_data, "manifest": manifest, "task_id": task_id, "output_dbs": output_dbs,
            "scratch": scratch}
+    limits = {k: v for k, v in rlimits(SandboxLimits()).items() if k != "RLIMIT_NPROC"}
     try:
         pid, _, resp_r = server.fork({"role": "evaluate", "id": rid, "workspace": scratch, "job": job,
-                                      "limits": rlimits(SandboxLimits())}, stdin=False)
-        channel = _Channel(resp_r, pid)
+                                      "limits": limits}, stdin=False)
+        replies = _Replies(resp_r, pid)
         try:
-            result = channel.read(rid, timeout, f"the evaluation of {task_id}")
+            result = replies.read(rid, timeout, f"the evaluation of {task_id}")
         except EpisodeTimeoutError as e:
-            raise EvaluationError(f"AppWorld evaluation of {task_id} took over {timeout:.0f}s") from e
+            raise EvaluationTimeoutError(f"AppWorld evaluation of {task_id} took over {timeout:.0f}s") from e
         except _ChannelClosed:
             result = None
         finally:
-            channel.close()
+            replies.close()
             status = _kill_child(server, pid)  # never raises: the EvaluationError stays the error
         if result is None:
             raise EvaluationError(f"AppWorld evaluation of {task_id} gave no result ({status}):\n"

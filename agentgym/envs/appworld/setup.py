@@ -8,7 +8,9 @@ with agentgym: agentgym itself never imports ``appworld``. ``setup(root)``
 2. runs ``appworld install`` there, which decrypts the bundled app sources offline (3 s; it unpacks into the
    venv's site-packages and ``~/.appworld``) -- 32 s for the whole setup in our CI;
 3. records ``ROOT/install.json`` (interpreter, appworld version) and, when ``ROOT`` is not the default home
-   ``~/.cache/agentgym/appworld``, a pointer to ``ROOT`` there (``location.json``).
+   ``~/.cache/agentgym/appworld``, a pointer to ``ROOT`` there (``location.json``);
+4. builds our generated task suite into ``ROOT/builds`` (offline, deterministic; ``--no-build`` leaves it to the
+   first episode).
 
 :func:`find_install` locates it afterwards: the ``root`` it is given, else ``$AGENTGYM_APPWORLD_HOME``, else the
 default home -- its own install, or the one its pointer names. So ``agentgym appworld setup --root DIR`` followed by
@@ -158,11 +160,26 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("setup", help="create the AppWorld venv and run `appworld install`")
     p.add_argument("--root", default=None, help=f"where (default: $AGENTGYM_APPWORLD_HOME or {default_root()})")
     p.add_argument("--python", default=None, help="interpreter for the venv (default: this one)")
+    p.add_argument("--no-build", action="store_true", help="do not build our task suite now (the first episode will)")
     sub.add_parser("where", help="print the recorded install, if any")
+    sub.add_parser("validate", help="play every task's gold and wrong solution (see agentgym.envs.appworld.validate)",
+                   add_help=False)
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "validate":
+        from .validate import main as validate_main
+
+        return validate_main(argv[1:])
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.command == "setup":
         inst = setup(args.root, python=args.python)
+        if not args.no_build:
+            from .tasks import ensure_build
+
+            t0 = time.monotonic()
+            build = ensure_build(inst)
+            logger.info("our AppWorld task suite is built at %s (%.0fs)", build.root, time.monotonic() - t0)
         sys.stdout.write(json.dumps({"root": str(inst.root), "python": str(inst.python),
                                      "version": inst.version}) + "\n")
         return 0

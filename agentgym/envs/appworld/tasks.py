@@ -1,22 +1,30 @@
-"""Our AppWorld task set, its build into the official layout, and the official splits.
+"""Our AppWorld task suite, its build into the official layout, and the official splits.
 
-**Definitions** live in ``tasks/<scenario>/`` beside this module: ``scenario.json`` (split, apps, instruction
-template, shared seed records, and the variants -- each with its ``public_data``, optional ``answer``, extra
-``seed``/``supervisor_fields`` and the parameters of a deliberately wrong solution), ``evaluation.py`` (AppWorld's
-``evaluate(test, public_data, private_data, main_user, models, ground_truth_answer)``), ``solution.cells`` (the
-gold solution: Python code cells separated by ``# %%`` lines; not ``.py`` because the ``$name`` placeholders
-are not Python) and ``wrong.cells`` (a plausible wrong solution, for tests).
-Templates use ``$name`` placeholders filled from ``public_data`` (and ``wrong_<name>`` from the variant's
-``wrong``). ``tasks/common.json`` holds the supervisor and the date shared by every task. Task ids follow AppWorld's
+**The suite** is two kinds of task definitions, one form after loading (:class:`AppWorldTask`): the *static*
+scenarios in ``tasks/<scenario>/`` beside this module (the first 24 tasks: ``scenario.json`` with split, apps,
+difficulty, instruction template, shared seed records and the variants -- each with its ``public_data``, optional
+``answer``, extra ``seed``/``supervisor_fields`` and the parameters of a deliberately wrong solution --,
+``evaluation.py`` (AppWorld's ``evaluate(test, public_data, private_data, main_user, models, ground_truth_answer)``),
+``solution.cells`` (the gold solution: Python code cells separated by ``# %%`` lines; not ``.py`` because the
+``$name`` placeholders are not Python) and ``wrong.cells`` (a plausible wrong solution)), and the *generated*
+scenarios of :mod:`.suite` (Python generators drawing each task from a seeded ``random.Random``). Templates use
+``$name`` placeholders filled from ``public_data`` (and ``wrong_<name>`` from the variant's ``wrong``).
+``tasks/common.json`` holds the supervisor and the date shared by every static task. Task ids follow AppWorld's
 ``<scenario>_<n>`` (the scenario is AppWorld's "generator id", so SGC groups by it).
 
-**Build**: :func:`ensure_build` turns the definitions into AppWorld's on-disk layout by running ``builder.py`` in
-the AppWorld venv, once per content hash (definitions + builder + appworld version), under
-``<install root>/builds/<hash>/`` -- deterministic, cached, never committed. A cached build is used only after it
-matches its manifest (:func:`verify_build`, a few milliseconds); a damaged one is built again.
+**Splits** (:data:`SPLITS`) are disjoint by scenario: ``gen-train``, ``gen-dev``, ``gen-test`` (each scenario
+names its own), and ``gen-all``. They cannot be mistaken for AppWorld's official ``train``/``dev``/
+``test_normal``/``test_challenge``, which need the downloaded data (below). The old names of the first 24 tasks
+(``train``, ``test``, ``all``) are gone: :data:`RENAMED` says what to use.
 
-**Official splits**: with ``APPWORLD_ROOT`` pointing at a downloaded AppWorld bundle (``data/datasets/*.txt``), the
-splits ``dev``, ``test_normal``, ``test_challenge`` and ``official-train`` list its task ids.
+**Build**: :func:`ensure_build` turns the tasks into AppWorld's on-disk layout by running ``builder.py`` in the
+AppWorld venv, once per content hash (definitions + builder + appworld version), under
+``<install root>/builds/<hash>/`` -- deterministic, offline, cached, never committed. A cached build is used only
+after it matches its manifest (:func:`verify_build`, a few milliseconds); a damaged one is built again.
+
+**Official splits**: with ``APPWORLD_ROOT`` pointing at a downloaded AppWorld bundle (``appworld download data``:
+``data/datasets/*.txt``, ``data/tasks``), the splits ``train``, ``dev``, ``test_normal`` and ``test_challenge`` list
+its task ids (``official-train`` is kept as another name of ``train``).
 """
 
 from __future__ import annotations
@@ -36,26 +44,32 @@ from string import Template
 from ...errors import DataNotFoundError, EnvCrashError, TaskError
 from .setup import APPWORLD_VERSION, AppWorldInstall
 
-__all__ = ["AppWorldTask", "Build", "TASK_DIR", "load_tasks", "split_task_ids", "ensure_build", "verify_build",
-           "official_root", "official_task_ids", "scenario_of", "CELL_SEPARATOR"]
+__all__ = ["AppWorldTask", "Build", "TASK_DIR", "SPLITS", "RENAMED", "load_tasks", "split_tasks", "split_task_ids",
+           "ensure_build", "verify_build", "official_root", "official_task_ids", "scenario_of", "CELL_SEPARATOR"]
 
 logger = logging.getLogger(__name__)
 
 TASK_DIR = Path(__file__).resolve().parent / "tasks"
 BUILDER_SCRIPT = Path(__file__).resolve().parent / "builder.py"
 CELL_SEPARATOR = "# %%"
-OFFICIAL_SPLIT_FILES = {"dev": "dev", "test_normal": "test_normal", "test_challenge": "test_challenge",
-                        "official-train": "train"}
+OFFICIAL_SPLIT_FILES = {"train": "train", "dev": "dev", "test_normal": "test_normal",
+                        "test_challenge": "test_challenge", "official-train": "train"}
+#: our splits (disjoint by scenario) and what each holds
+SPLITS = ("gen-train", "gen-dev", "gen-test", "gen-all")
+#: the old names of our first 24 tasks' splits, gone since the suite grew
+RENAMED = {"test": "gen-test", "all": "gen-all"}
 
 
 @dataclass(frozen=True)
 class AppWorldTask:
-    """One task of our set (``official`` False) or of the official data (only id, instruction unknown here)."""
+    """One task of our suite (``official`` False) or of the official data (only id and split known here).
+    ``apps`` are the apps the gold solution uses; ``difficulty`` is the scenario's level (1-3)."""
 
     task_id: str
     scenario: str
     split: str
     apps: tuple[str, ...] = ()
+    difficulty: int | None = None
     instruction: str = ""
     answer: object = None
     solution: tuple[str, ...] = ()
@@ -119,24 +133,52 @@ def _load(task_dir: str) -> tuple[AppWorldTask, ...]:
                     "private_data": var.get("private_data", {}), "answer": var.get("answer"),
                     "evaluation": evaluation, "difficulty": sc.get("difficulty", 1), "solution": list(solution)}
             tasks.append(AppWorldTask(task_id=task_id, scenario=scenario, split=sc["split"], apps=tuple(sc["apps"]),
-                                      instruction=instruction, answer=var.get("answer"), solution=solution,
-                                      wrong_solution=wrong, spec=spec))
+                                      difficulty=int(sc.get("difficulty", 1)), instruction=instruction,
+                                      answer=var.get("answer"), solution=solution, wrong_solution=wrong, spec=spec))
+    return tuple(tasks)
+
+
+@lru_cache(maxsize=1)
+def _generated() -> tuple[AppWorldTask, ...]:
+    from .suite import DATETIME, SUPERVISOR, generated_specs
+
+    tasks = []
+    for scenario, n, d in generated_specs():
+        task_id = f"{scenario.id}_{n}"
+        spec = {"task_id": task_id, "instruction": d.instruction, "supervisor": SUPERVISOR, "datetime": DATETIME,
+                "apps": list(scenario.apps), "seed": d.seed, "supervisor_fields": d.supervisor_fields,
+                "public_data": d.public_data, "private_data": d.private_data, "answer": d.answer,
+                "evaluation": scenario.evaluation, "difficulty": scenario.difficulty, "solution": list(d.solution)}
+        tasks.append(AppWorldTask(task_id=task_id, scenario=scenario.id, split=scenario.split, apps=scenario.apps,
+                                  difficulty=scenario.difficulty, instruction=d.instruction, answer=d.answer,
+                                  solution=tuple(d.solution), wrong_solution=tuple(d.wrong), spec=spec))
     return tuple(tasks)
 
 
 def load_tasks(task_dir: str | os.PathLike | None = None) -> tuple[AppWorldTask, ...]:
-    """Every task of our set, in a stable order (scenario, then variant)."""
-    return _load(str(Path(task_dir) if task_dir else TASK_DIR))
+    """Every task of our suite in a stable order (scenario, then variant): the static scenarios of ``task_dir``
+    (default: the ``tasks`` folder beside this module) and, for the default folder, the generated ones."""
+    static = _load(str(Path(task_dir) if task_dir else TASK_DIR))
+    tasks = static + (_generated() if task_dir is None else ())
+    return tuple(sorted(tasks, key=lambda t: (t.scenario, int(t.task_id.rsplit("_", 1)[1]))))
+
+
+def split_tasks(split: str, task_dir: str | os.PathLike | None = None) -> tuple[AppWorldTask, ...]:
+    """The tasks of one of :data:`SPLITS`, round-robin over its scenarios (every scenario's task 1, then every
+    task 2...): the first N tasks (``agentgym eval --episodes N``) cover as many scenarios as N allows."""
+    if split in RENAMED:
+        raise TaskError(f"the AppWorld split {split!r} is now {RENAMED[split]!r} (our suite grew; see the README)")
+    if split not in SPLITS:
+        raise TaskError(f"unknown split {split!r} of our AppWorld suite; choose from {list(SPLITS)}")
+    tasks = load_tasks(task_dir)
+    chosen = tasks if split == "gen-all" else tuple(t for t in tasks if t.split == split)
+    if not chosen:
+        raise TaskError(f"no tasks in our AppWorld split {split!r}")
+    return tuple(sorted(chosen, key=lambda t: (int(t.task_id.rsplit("_", 1)[1]), t.scenario)))
 
 
 def split_task_ids(split: str, task_dir: str | os.PathLike | None = None) -> list[str]:
-    tasks = load_tasks(task_dir)
-    if split == "all":
-        return [t.task_id for t in tasks]
-    ids = [t.task_id for t in tasks if t.split == split]
-    if not ids:
-        raise TaskError(f"no tasks in our AppWorld split {split!r}")
-    return ids
+    return [t.task_id for t in split_tasks(split, task_dir)]
 
 
 @dataclass(frozen=True)
@@ -162,7 +204,18 @@ def _build_spec(tasks: tuple[AppWorldTask, ...]) -> dict:
     splits: dict[str, list[str]] = {}
     for t in tasks:
         splits.setdefault(t.split, []).append(t.task_id)
+    splits["gen-all"] = [t.task_id for t in tasks]
     return {"tasks": [t.spec for t in tasks], "splits": splits}
+
+
+def _digest(spec: dict) -> str:
+    blob = json.dumps(spec, sort_keys=True).encode() + BUILDER_SCRIPT.read_bytes() + APPWORLD_VERSION.encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def suite_digest(tasks: tuple[AppWorldTask, ...] | None = None) -> str:
+    """The content hash of a task set (its build's folder name): what results rows record as ``task_set``."""
+    return _digest(_build_spec(load_tasks() if tasks is None else tuple(tasks)))
 
 
 def verify_build(build: Build) -> str | None:
@@ -186,14 +239,13 @@ def verify_build(build: Build) -> str | None:
     return None
 
 
-def ensure_build(install: AppWorldInstall, task_dir: str | os.PathLike | None = None,
-                 timeout: float = 600.0) -> Build:
-    """Build our task set into the official layout (once per content hash, and again when the cached build no
-    longer matches its manifest); return where it is."""
-    tasks = load_tasks(task_dir)
+def ensure_build(install: AppWorldInstall, tasks: tuple[AppWorldTask, ...] | None = None,
+                 timeout: float = 1800.0) -> Build:
+    """Build ``tasks`` (default: the whole suite) into the official layout (once per content hash, and again when
+    the cached build no longer matches its manifest); return where it is."""
+    tasks = load_tasks() if tasks is None else tuple(tasks)
     spec = _build_spec(tasks)
-    blob = json.dumps(spec, sort_keys=True).encode() + BUILDER_SCRIPT.read_bytes() + APPWORLD_VERSION.encode()
-    digest = hashlib.sha256(blob).hexdigest()[:16]
+    digest = _digest(spec)
     out = install.builds_dir / digest
     build = Build(out)
     if build.manifest.is_file() and verify_build(build) is None:

@@ -1,68 +1,53 @@
-"""The AppWorld fork server and its children. RUNS IN THE APPWORLD VENV, not in agentgym.
+"""The sandboxed side of AppWorld-v0: the agent zygote and its workers. RUNS IN THE APPWORLD VENV, inside bubblewrap.
 
-Started by :mod:`agentgym.envs.appworld.pool` as ``<appworld-python> -I worker.py CONFIG_JSON`` inside the network
-namespace of :mod:`.sandbox`, with a scrubbed environment. ``CONFIG_JSON`` is ``{"control_fd": int}``: one end of a
-``SOCK_SEQPACKET`` socket pair shared with the parent.
+Started by :mod:`agentgym.envs.appworld.pool` as ``bwrap ... <appworld-python> -I -B worker.py CONFIG_JSON`` (see
+:func:`agentgym.envs.appworld.sandbox.zygote_command` for what bubblewrap gives it: fresh user/pid/ipc/net/uts
+namespaces, a read-only view of the system and Python trees and nothing else of the host, ``/dev`` with only null,
+zero and urandom, a size-limited private ``/tmp``, no host sockets, die-with-parent). ``CONFIG_JSON`` is
+``{"control_fd": int, "uid": int or null, "gid": int or null, "workspace_mount": path, "fallback_scratch": path}``.
 
-**The server** imports AppWorld, every app's models and APIs and AppWorld's evaluator once (the slow part of a
-start, seconds), then forks one child per request. It never creates a world and never runs agent code, so every
-child starts from the same clean, fully imported state: one world per process at the cost of a ``fork``. Control
-messages (one JSON datagram each, answered by one):
+**The zygote** first becomes an unprivileged user (``uid``/``gid``, nobody, when bubblewrap was started by root;
+otherwise it already is the invoking user, mapped by bubblewrap's user namespace), imports the parts of AppWorld that
+execute code cells (its IPython shell, its safety guard, its ``apis`` collection and requester -- never an app's
+models or API modules: bubblewrap hides every ``appworld/apps/<app>`` folder, so no process here can import them),
+and then forks one worker per episode (:mod:`.forkserver`). It holds no database, no task data and no file of the
+host beyond those read-only trees.
 
-* ``{"op": "fork", "role": "worker" | "evaluate", ...}`` with the child's pipe ends attached (``SCM_RIGHTS``):
-  ``resp`` (the child writes its replies there) and, for a worker, ``req`` (it reads requests there) ->
-  ``{"pid": int}``.
-* ``{"op": "kill", "pid": int}`` -> kills the child's process group, reaps it -> ``{"status": str}`` (how it ended).
-* ``{"op": "poll", "pid": int}`` -> ``{"alive": bool, "status": str or null}``; a dead child is reaped by the poll.
+**A worker** (``fork`` message with ``id``, ``workspace_bytes``, ``limits``; descriptors: its reply pipe, its
+request pipe and its end of the *API channel*) confines itself before any agent code exists, each step a layer of
+its own, so that a missing kernel feature removes one layer and is reported, never silently skipped:
 
-Every message carries a ``seq`` that its answer repeats (the parent skips answers to a call it gave up on). The
-server reaps ended children before each message and remembers how they ended until a kill or poll asks; it forgets
-a pid once reported: a pid can never name a process that merely reused it.
+1. its own session, then fresh user, mount, network, IPC, UTS and pid namespaces (``unshare``; an intermediate
+   process stays behind to report how the worker ended, the worker is pid 1 of its pid namespace, so SysV IPC,
+   abstract UNIX sockets and processes of other workers are out of its reach and die with it); a private tmpfs of
+   ``workspace_bytes`` mounted on ``workspace_mount`` is its workspace (its cwd, HOME and TMPDIR; the disk quota),
+   and ``/proc`` is its own pid namespace's;
+2. every capability dropped (bounding, ambient, effective, permitted), not dumpable, rlimits lowered;
+3. two Landlock layers (:func:`landlock`): writes only beneath the workspace and ``/dev/null``; reads only beneath
+   the Python trees, the workspace, the shared libraries and the three devices;
+4. a seccomp filter (:func:`seccomp`) for whatever C code agent code reaches (``_ctypes`` and ``_cffi_backend`` are
+   already loaded by AppWorld's dependencies): no new process, no ``execve``, no namespace or mount call, no
+   ptrace, pidfd or signal aimed at another process, no sockets but ``AF_UNIX``, no SysV or POSIX message IPC, no
+   keyrings, BPF, perf, userfaultfd or io_uring, no uid/gid/capability change, no ``mknod``, no ``memfd_create``
+   (memory files would escape the workspace's quota).
 
-**A worker child** (``role`` ``worker``; ``workspace``, ``world_data``, ``timeout_seconds``, ``max_interactions``,
-``limits``) makes its own session, lowers its rlimits, points stdout/stderr at ``workspace/.worker-stderr.log``
-(stray prints cannot reach the protocol), confines its writes to the workspace and forbids itself new processes,
-writes ``{"ready": true, "id": ..., "unconfined": null or why the kernel filter could not be installed,
-"files_unconfined": null or why Landlock could not be}`` and serves JSON-lines requests
-``{"id": nonce, "op": ...}``; every reply repeats the request's ``id`` (a per-request nonce of the parent: a line
-that agent code writes to the reply pipe without it is ignored; agent code can read the id of its own request by
-frame introspection and so fake its own cell's reply, never the evaluation):
+It then writes ``{"ready": true, "id": ..., "layers": {name: null or why it is missing}}`` and serves JSON-lines
+requests ``{"id": nonce, "op": ...}`` on its request pipe; every reply repeats the request's ``id`` (a per-request
+nonce of the parent; agent code can read the id of its own request by frame introspection and so fake its own
+cell's observation -- never the episode's end or its evaluation, which the parent takes from the API process):
 
-* ``{"op": "reset", "task_id": ..., "experiment": ...}`` -> ``{"ok": true, "instruction", "supervisor",
-  "app_descriptions", "datetime"}``. Before the world starts, the worker confines its reads to the guard's read
-  set (below) at the kernel level too. Once per process: a second reset is refused (the parent starts a fresh child
-  per episode).
-* ``{"op": "execute", "code": ...}`` -> ``{"ok": true, "output": str, "task_completed": bool}``. After every cell
-  AppWorld saves the world's changes under ``workspace/experiments/outputs/<experiment>/tasks/<task>/dbs``, the
-  only place the parent's evaluator reads them from.
+* ``{"op": "reset", "task_id", "experiment", "datetime", "api_table"}`` -> ``{"ok": true}``: builds AppWorld's own
+  ``AppWorld`` execution machinery (shell, preamble, safety guard, requester, ``apis``) whose requester sends every
+  API call down the channel (:class:`ChannelTransport`) instead of to an in-process app, freezes time at the task's
+  datetime as AppWorld does, and installs the audit hook (:func:`install_guard`, one more layer) before any agent
+  code runs. Once per process.
+* ``{"op": "execute", "code": ...}`` -> ``{"ok": true, "output": str}``: AppWorld's ``AppWorld.execute`` itself
+  (its lint, safety guard, timeout, interaction cap and the exact text of its failures).
 
-Any failure of the worker itself is ``{"ok": false, "error": str}``. The parent trusts nothing else a worker says:
-it keeps the taint itself and builds every path itself.
+Any failure of the worker itself is ``{"ok": false, "error": str}``.
 
-**An evaluator child** (``role`` ``evaluate``, ``job``) runs :func:`evaluator.evaluate_job` (loaded from the file
-beside this one), writes one result line and exits. It never runs agent code.
-
-**The guard.** Before the first agent cell runs, a worker child installs an audit hook (PEP 578; it cannot be
-removed; it binds everything it uses when installed, so agent code cannot swap its helpers, and it accepts paths
-only as exact ``str``/``bytes``) that refuses: opening files for writing outside the workspace, opening a directory
-outside it, and for reading outside the workspace, the Python installation and what the task's world needs
-(``data/api_docs``, ``data/base_dbs``, ``data/tasks/<task>/specs.json`` and ``.../dbs`` -- never a ``ground_truth``
-folder); SQLite databases opened outside the workspace (``sqlite3.connect`` opens files without an ``open`` event)
-except in-memory ones and read-only (``mode=ro``) URIs of those world files; any socket connect/bind/sendto; process
-creation (fork, exec, spawn, posix_spawn, subprocess, os.system) and fresh imports of the modules that create
-processes or interpreters behind the audit events (``_posixsubprocess``, ``_xxsubinterpreters``...); ctypes library
-loading; and ``sys._current_frames``/gc introspection. The server also replaces
-``_posixsubprocess.fork_exec`` (which forks and execs with no audit event) by a refusal, and makes AppWorld open its
-base databases read-only. The hook is a second line behind the OS-level limits: network namespace, rlimits,
-wall-clock kill, a seccomp filter each worker installs right after the fork (:func:`_forbid_new_processes`) that
-makes the kernel refuse every new process and every ptrace, pidfd or signal aimed at another process, and two
-Landlock layers (:func:`_landlock`) that bind whatever C code the agent reaches without an audit event (cffi is
-installed in AppWorld's venv): one added right after the fork that refuses creating, writing, truncating, removing,
-renaming or linking files anywhere but beneath the workspace (and ``/dev/null``), and one added at the reset, before
-the world starts any thread, that refuses opening files or listing directories anywhere but beneath the guard's read
-set, the workspace and the shared libraries (``/usr/lib``, ``/lib``...) -- never a ``ground_truth`` folder. Where
-the kernel has no Landlock (``files_unconfined`` says why; the parent logs a warning once) the hook alone confines
-files, and C code can open files it would refuse.
+``python -I -S worker.py --probe CONFIG_JSON`` runs steps 1-4 in a throwaway worker without importing AppWorld and
+prints ``{"uid": int, "layers": {...}}``: how agentgym learns what this machine can provide.
 """
 
 import json
@@ -72,65 +57,350 @@ import socket
 import stat
 import sys
 
-_FAIL_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: modules whose fresh import would create processes or interpreters without an audit event, or load C code
 _BLOCKED_IMPORTS = ("_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters",
                     "_testcapi", "_testinternalcapi", "_testmultiphase", "uvloop", "_ctypes", "_cffi_backend")
+#: what a worker's C code (the dynamic loader, libc) reads beside the Python installation and its workspace
+SYSTEM_READS = ["/usr/lib", "/lib", "/usr/lib64", "/lib64", "/etc/ld.so.cache", "/dev/null", "/dev/urandom",
+                "/dev/zero"]
+#: the URL the worker's requester believes it calls (nothing listens there: every request takes the channel)
+CHANNEL_URL = "http://agentgym-api-channel"
+
+# Linux constants (linux/sched.h, linux/mount.h, linux/prctl.h)
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWCGROUP, CLONE_NEWTIME, CLONE_THREAD = 0x02000000, 0x00000080, 0x00010000
+_NS_FLAGS = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET \
+    | CLONE_NEWCGROUP | CLONE_NEWTIME
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 0x40000
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 4, 24, 38, 47
 
 
-def _private_realpath(_getcwd=os.getcwd, _lstat=os.lstat, _readlink=os.readlink, _islnk=stat.S_ISLNK,
-                      _oserror=OSError, _perm=PermissionError):
-    """A ``realpath`` for str paths whose every dependency is bound now: ``posixpath.realpath`` looks its helpers
-    (``_joinrealpath``, ``abspath``, ``os.lstat``...) up in module globals that agent code can replace. Missing
-    components are kept as they are (as ``realpath`` does); more than 40 symlinks is refused (ELOOP)."""
+def _libc():
+    import ctypes
 
-    def realpath(path):
-        if not path.startswith("/"):
-            path = _getcwd() + "/" + path
-        todo = path.split("/")
-        todo.reverse()
-        resolved = []
-        hops = 0
-        while todo:
-            name = todo.pop()
-            if name == "" or name == ".":
-                continue
-            if name == "..":
-                if resolved:
-                    resolved.pop()
-                continue
-            candidate = "/" + "/".join(resolved) + ("/" if resolved else "") + name
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def _errno_text():
+    import ctypes
+
+    return os.strerror(ctypes.get_errno())
+
+
+def _drop_ctypes():
+    """Forget ``ctypes`` here (imported by the hardening and by AppWorld's dependencies), so that ``import ctypes``
+    in agent code is a fresh import, which the audit hook refuses. (It stays reachable through the modules that hold
+    it -- the kernel layers, not this, are what bind C code.)"""
+    for name in [n for n in sys.modules if n in ("ctypes", "_ctypes") or n.startswith("ctypes.")]:
+        del sys.modules[name]
+
+
+# ---- the unprivileged user ------------------------------------------------------------------------------------
+def become_unprivileged(cfg):
+    """Root in bubblewrap (started by root) becomes ``cfg["uid"]``/``cfg["gid"]`` (nobody), which drops every
+    capability; then dumpable again, so that its workers may write their own user-namespace maps."""
+    uid, gid = cfg.get("uid"), cfg.get("gid")
+    if uid is not None and os.getuid() == 0:
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    _libc().prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+
+# ---- layer 1: namespaces and the workspace --------------------------------------------------------------------
+def enter_namespaces(mount_point, size_bytes):
+    """Fresh user namespace (this uid and gid mapped to themselves), then fresh mount, network, IPC, UTS and pid
+    namespaces, every mount private, and a tmpfs of ``size_bytes`` on ``mount_point``. Returns None, or why not."""
+    libc = _libc()
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(CLONE_NEWUSER) != 0:
+        return f"unshare(CLONE_NEWUSER) failed: {_errno_text()}"
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    except OSError as e:
+        return f"writing the user namespace's id maps failed: {e}"
+    if libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID) != 0:
+        return f"unshare(mount, net, ipc, uts, pid) failed: {_errno_text()}"
+    if libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return f"making the mounts private failed: {_errno_text()}"
+    options = f"size={int(size_bytes)},mode=0700".encode()
+    if libc.mount(b"tmpfs", mount_point.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        return f"mounting the workspace tmpfs on {mount_point} failed: {_errno_text()}"
+    return None
+
+
+def _mount_proc():
+    """``/proc`` of this pid namespace (only this process in it); an empty tmpfs where the kernel refuses that."""
+    libc = _libc()
+    if libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0:
+        return None
+    why = _errno_text()
+    libc.mount(b"tmpfs", b"/proc", b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4096,mode=0555")
+    return f"no /proc of its own ({why}): an empty one instead"
+
+
+def confine(cfg, msg, fds):
+    """In a fresh child of the zygote: layer 1, then fork the process that will run agent code. Returns
+    ``(workspace, layers)`` in that process; the intermediate process closes ``fds``, waits for it and ends the way
+    it ended (a signal is raised again), so the zygote reports how the worker ended."""
+    layers = {}
+    why = enter_namespaces(cfg["workspace_mount"], int(msg["workspace_bytes"]))
+    if why is None:
+        workspace = cfg["workspace_mount"]
+    else:
+        import tempfile
+
+        layers["namespaces"] = why
+        workspace = tempfile.mkdtemp(prefix="ws-", dir=cfg["fallback_scratch"])
+    pid = os.fork()  # after CLONE_NEWPID the child is pid 1 of the new pid namespace
+    if pid:
+        for fd in fds:
+            os.close(fd)
+        while True:
             try:
-                is_link = _islnk(_lstat(candidate).st_mode)
-            except _oserror:
-                is_link = False
-            if not is_link:
-                resolved.append(name)
+                code = os.waitpid(pid, 0)[1]
+                break
+            except InterruptedError:
                 continue
-            hops += 1
-            if hops > 40:
-                raise _perm(f"sandbox: too many symlinks in {path}")
-            target = _readlink(candidate)
-            if target.startswith("/"):
-                resolved = []
-            more = target.split("/")
-            more.reverse()
-            todo += more
-        return "/" + "/".join(resolved)
+        if os.WIFSIGNALED(code):
+            sig = os.WTERMSIG(code)
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+            os._exit(128 + sig)
+        os._exit(os.WEXITSTATUS(code))
+    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    layers.setdefault("namespaces", None)
+    if why is None:
+        proc = _mount_proc()
+        if proc:
+            layers["proc"] = proc
+    return workspace, layers
 
-    return realpath
+
+# ---- layer 2: capabilities ------------------------------------------------------------------------------------
+def drop_capabilities():
+    """Empty the bounding and ambient sets, then the effective, permitted and inheritable ones. None, or why not."""
+    import ctypes
+
+    libc = _libc()
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EPERM without CAP_SETPCAP: then capset below still empties
+    libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3
+    if libc.capset(ctypes.byref(header), data) != 0:
+        return f"capset failed: {_errno_text()}"
+    check = (Data * 2)()
+    if libc.capget(ctypes.byref(header), check) != 0 or any(
+            d.effective or d.permitted or d.inheritable for d in check):
+        return "capabilities are still held after capset"
+    return None
 
 
-def _install_guard(workspace, read_roots):
-    """Install the audit hook. Everything it uses is bound now, as defaults (builtins included: agent code can
-    replace ``builtins.any`` or ``posixpath``'s helpers, not a function's defaults). Paths must be exactly ``str``
-    or ``bytes`` (a descriptor exactly ``int``): for any other object the hook and the opener would each call its
+# ---- layer 3: Landlock ----------------------------------------------------------------------------------------
+#: Landlock's filesystem access rights (linux/landlock.h); the write-type ones, and the read-type ones
+_LL_WRITE = (1 << 1) | sum(1 << bit for bit in range(4, 13))  # WRITE_FILE, REMOVE_*, MAKE_*
+_LL_READ = (1 << 2) | (1 << 3)  # READ_FILE, READ_DIR
+_LL_FILE_RIGHTS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15)  # what a rule on a non-directory may allow
+
+
+def landlock(roots, handled):
+    """Add a Landlock layer (kernel level, inherited by every later thread, binding whatever C code agent code
+    reaches) that refuses the ``handled`` accesses (``"write"``: creating, writing, truncating, removing, renaming,
+    linking files; ``"read"``: opening files and listing directories) everywhere but beneath ``roots`` (paths that do
+    not exist are skipped). Layers stack: each can only take rights away. It binds the calling thread and the threads
+    it starts later, so it runs while the process has one thread. Returns None when the layer is on, else why not."""
+    import ctypes
+    import struct
+
+    libc = _libc()
+    create, add_rule, restrict = 444, 445, 446  # the same on x86_64 and aarch64 (the generic syscall table)
+    fds = []
+    try:
+        abi = libc.syscall(create, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # LANDLOCK_CREATE_RULESET_VERSION
+        if abi < 1:
+            return f"Landlock is not available: {_errno_text()}"
+        access = _LL_WRITE if handled == "write" else _LL_READ
+        if handled == "write":
+            access |= (1 << 13 if abi >= 2 else 0) | (1 << 14 if abi >= 3 else 0)  # REFER, TRUNCATE
+        attr = struct.pack("Q", access)  # struct landlock_ruleset_attr's first field (the kernel takes a prefix)
+        ruleset = libc.syscall(create, attr, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+        if ruleset < 0:
+            return f"landlock_create_ruleset failed: {_errno_text()}"
+        fds.append(ruleset)
+        for root in roots:
+            try:
+                fd = os.open(root, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # nothing there to allow
+            fds.append(fd)
+            allowed = access if stat.S_ISDIR(os.fstat(fd).st_mode) else access & _LL_FILE_RIGHTS
+            rule = struct.pack("=Qi", allowed, fd)  # struct landlock_path_beneath_attr (packed)
+            if libc.syscall(add_rule, ctypes.c_int(ruleset), ctypes.c_int(1), rule, ctypes.c_uint32(0)) != 0:
+                return f"landlock_add_rule({root}) failed: {_errno_text()}"
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return f"prctl(PR_SET_NO_NEW_PRIVS) failed: {_errno_text()}"
+        if libc.syscall(restrict, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            return f"landlock_restrict_self failed: {_errno_text()}"
+        return None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+# ---- layer 4: seccomp -----------------------------------------------------------------------------------------
+#: system calls a worker never needs, by architecture (x86_64, then the generic table of aarch64). Refused with EPERM.
+_DENIED = {
+    "x86_64": {"fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "ptrace": 101, "process_vm_readv": 310,
+               "process_vm_writev": 311, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "mount": 165,
+               "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308, "bpf": 321,
+               "perf_event_open": 298, "userfaultfd": 323, "keyctl": 250, "add_key": 248, "request_key": 249,
+               "mknod": 133, "mknodat": 259, "init_module": 175, "finit_module": 313, "delete_module": 176,
+               "kexec_load": 246, "kexec_file_load": 320, "reboot": 169, "swapon": 167, "swapoff": 168,
+               "syslog": 103, "acct": 163, "quotactl": 179, "name_to_handle_at": 303, "open_by_handle_at": 304,
+               "setuid": 105, "setgid": 106, "setreuid": 113, "setregid": 114, "setresuid": 117, "setresgid": 119,
+               "setfsuid": 122, "setfsgid": 123, "setgroups": 116, "capset": 126, "shmget": 29, "shmat": 30,
+               "shmctl": 31, "semget": 64, "semop": 65, "semctl": 66, "msgget": 68, "msgsnd": 69, "msgrcv": 70,
+               "msgctl": 71, "semtimedop": 220, "mq_open": 240, "mq_unlink": 241, "personality": 135,
+               "vhangup": 153, "kcmp": 312, "ioperm": 173, "iopl": 172, "move_pages": 279, "migrate_pages": 256,
+               "fanotify_init": 300, "lookup_dcookie": 212, "uselib": 134, "memfd_create": 319},
+    "aarch64": {"execve": 221, "execveat": 281, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
+                "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "mount": 40, "umount2": 39, "pivot_root": 41,
+                "chroot": 51, "unshare": 97, "setns": 268, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
+                "keyctl": 219, "add_key": 217, "request_key": 218, "mknodat": 33, "init_module": 105,
+                "finit_module": 273, "delete_module": 106, "kexec_load": 104, "kexec_file_load": 294, "reboot": 142,
+                "swapon": 224, "swapoff": 225, "syslog": 116, "acct": 89, "quotactl": 60,
+                "name_to_handle_at": 264, "open_by_handle_at": 265, "setuid": 146, "setgid": 144, "setreuid": 145,
+                "setregid": 143, "setresuid": 147, "setresgid": 149, "setfsuid": 151, "setfsgid": 152,
+                "setgroups": 159, "capset": 91, "shmget": 194, "shmat": 196, "shmctl": 195, "semget": 190,
+                "semop": 193, "semctl": 191, "msgget": 186, "msgsnd": 189, "msgrcv": 188, "msgctl": 187,
+                "semtimedop": 192, "mq_open": 180, "mq_unlink": 181, "personality": 92, "vhangup": 58, "kcmp": 272,
+                "move_pages": 239, "migrate_pages": 238, "fanotify_init": 262, "lookup_dcookie": 18,
+                "memfd_create": 279},
+}
+#: the same number on every architecture (added after the tables were unified)
+_DENIED_COMMON = {"pidfd_send_signal": 424, "pidfd_open": 434, "pidfd_getfd": 438, "io_uring_setup": 425,
+                  "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429,
+                  "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "process_madvise": 440,
+                  "mount_setattr": 442}
+_CHECKED = {"x86_64": {"arch": 0xC000003E, "clone": 56, "kill": 62, "tkill": 200, "tgkill": 234, "socket": 41,
+                       "socketpair": 53},
+            "aarch64": {"arch": 0xC00000B7, "clone": 220, "kill": 129, "tkill": 130, "tgkill": 131, "socket": 198,
+                        "socketpair": 199}}
+
+
+def seccomp():
+    """A seccomp filter (kernel level, inherited by every later thread) that binds whatever code runs here, C code
+    reached through ``_ctypes`` or ``_cffi_backend`` included: every call of :data:`_DENIED` (and
+    :data:`_DENIED_COMMON`) fails with EPERM; ``clone`` only makes threads (``CLONE_THREAD`` set, no namespace flag),
+    ``clone3`` answers ENOSYS (glibc then makes its threads with ``clone``); ``kill``, ``tkill`` and ``tgkill`` only
+    reach this process; ``socket`` and ``socketpair`` only make ``AF_UNIX`` sockets (this worker's network namespace
+    is empty anyway; a netlink socket would let it configure it). Must run while the process has one thread. Returns
+    None when on, else why not."""
+    import ctypes
+    import platform
+    import struct
+
+    machine = platform.machine()
+    if machine not in _CHECKED:
+        return f"no seccomp filter for {machine}"
+    nrs = _CHECKED[machine]
+    denied = {**_DENIED[machine], **_DENIED_COMMON}
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    # (code, jump-if-true label, jump-if-false label, k); labels resolve to relative offsets below.
+    prog = [(ld, None, None, 4), (jeq, None, "deny", nrs["arch"]), (ld, None, None, 0),
+            (jge, "deny", None, 0x40000000),  # the x32 ABI's numbers
+            (jeq, "nosys", None, 435)]  # clone3
+    prog += [(jeq, "deny", None, nr) for nr in sorted(set(denied.values()))]
+    prog += [(jeq, "own_pid", None, nrs[name]) for name in ("kill", "tkill", "tgkill")]
+    prog += [(jeq, "unix_only", None, nrs[name]) for name in ("socket", "socketpair")]
+    # clone: a thread (CLONE_THREAD) without namespace flags, or nothing
+    prog += [(jeq, None, "allow", nrs["clone"]), (ld, None, None, 16), (jset, None, "deny", CLONE_THREAD),
+             (jset, "deny", "allow", _NS_FLAGS)]
+    labels = {"own_pid": len(prog)}
+    prog += [(ld, None, None, 16), (jeq, "allow", "deny", os.getpid())]
+    labels["unix_only"] = len(prog)
+    prog += [(ld, None, None, 16), (jeq, "allow", "deny", 1)]  # AF_UNIX
+    labels.update(allow=len(prog), deny=len(prog) + 1, nosys=len(prog) + 2)
+    prog += [(ret, None, None, allow), (ret, None, None, eperm), (ret, None, None, enosys)]
+    for i, (code, jt, jf, k) in enumerate(prog):  # classic BPF jumps are 8-bit
+        if (jt and labels[jt] - i - 1 > 255) or (jf and labels[jf] - i - 1 > 255):
+            return "the seccomp program's jumps do not fit"
+    raw = b"".join(struct.pack("HBBI", code, labels[jt] - i - 1 if jt else 0, labels[jf] - i - 1 if jf else 0, k)
+                   for i, (code, jt, jf, k) in enumerate(prog))
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    libc = _libc()
+    fprog = Prog(len(prog), raw)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return f"prctl(PR_SET_NO_NEW_PRIVS) failed: {_errno_text()}"
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        return f"seccomp is not available: {_errno_text()}"
+    return None
+
+
+def python_dirs():
+    return sorted({p for p in [sys.prefix, sys.base_prefix, sys.exec_prefix] + sys.path if p and os.path.isabs(p)})
+
+
+def harden(workspace, limits):
+    """Layers 2-4 on this (single-threaded) process; returns {layer: None or why it is missing}."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file over RLIMIT_FSIZE is an OSError, not a dead worker
+    layers = {"capabilities": drop_capabilities()}
+    _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no /proc/<pid>/mem, environ... for anyone else
+    limits = dict(limits)
+    nproc = limits.pop("RLIMIT_NPROC", None)
+    _load("forkserver").apply_limits(limits)
+    if os.path.isdir("/proc/self/task") and len(os.listdir("/proc/self/task")) != 1:
+        raise RuntimeError("the worker has more than one thread: Landlock and seccomp would not bind them all")
+    write = landlock([workspace, "/dev/null"], "write")
+    read = write or landlock(python_dirs() + [workspace] + SYSTEM_READS, "read")
+    layers["landlock"] = write or read
+    layers["seccomp"] = seccomp()
+    if layers["seccomp"] and nproc is not None:
+        # Only without the filter: RLIMIT_NPROC counts every thread of the user, and the filter already refuses
+        # every new process.
+        _load("forkserver").apply_limits({"RLIMIT_NPROC": nproc})
+    _drop_ctypes()
+    return layers
+
+
+# ---- the audit hook (one more layer) --------------------------------------------------------------------------
+def install_guard(workspace, read_roots):
+    """Install an audit hook (PEP 578; it cannot be removed) that refuses, before the kernel is asked: process
+    creation and fresh imports of the modules that create processes or load C code without an audit event; socket
+    connect/bind/sendto; ctypes loading; ``sys._current_frames`` and gc introspection; signals; chmod/chown/links;
+    opening for writing, creating or removing anything outside the workspace; reading or listing outside the
+    workspace, the Python trees and the shared libraries; SQLite files outside the workspace.
+
+    It is one flat function: everything it uses is bound now as a default argument (builtins included) and it calls
+    no Python function of its own, so agent code that reaches its frame (a refusal's traceback holds it) finds only
+    strings, tuples and builtins there -- nothing it can rebind to loosen a check. Paths must be exactly ``str`` or
+    ``bytes`` (a descriptor exactly ``int``): for any other object the hook and the opener would each call its
     ``__fspath__``, and it could answer differently the second time."""
-    realpath = _private_realpath()
-    ws = realpath(os.path.realpath(workspace)) + "/"
-    reads = tuple(realpath(os.path.realpath(r)).rstrip("/") + "/" for r in read_roots) + (ws,)
-    device_ok = ("/dev/null", "/dev/urandom", "/dev/random")
+    ws = os.path.realpath(workspace).rstrip("/") + "/"
+    reads = tuple(sorted({os.path.realpath(r).rstrip("/") + "/" for r in read_roots})) + (ws,)
     blocked = frozenset({
         "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
         "pty.spawn", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
@@ -138,56 +408,103 @@ def _install_guard(workspace, read_roots):
         "sys._current_frames", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
         "os.kill", "os.killpg", "signal.pthread_kill", "sqlite3.enable_load_extension",
         "sqlite3.load_extension", "shutil.chown", "os.chmod", "os.chown", "os.symlink", "os.link", "os.chdir",
-        "os.chroot", "resource.setrlimit", "resource.prlimit",
+        "os.chroot", "resource.setrlimit", "resource.prlimit", "os.setxattr", "os.removexattr",
     })
-    blocked_imports = frozenset(_BLOCKED_IMPORTS)
-    memory_params = frozenset({"mode=memory", "cache=shared"})
-    path_events = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.truncate", "os.utime"})
 
-    def as_path(path, what, _type=type, _str=str, _bytes=bytes, _int=int, _perm=PermissionError):
-        """``path`` as a str, None for a descriptor; refuses every other type (see above)."""
-        kind = _type(path)
-        if kind is _str:
-            return path
-        if kind is _bytes:
-            return path.decode("utf-8", "surrogateescape")  # the bytes the kernel will see, one to one
-        if kind is _int:
-            return None
-        raise _perm(f"sandbox: {what} takes only str or bytes paths here, not {kind.__name__}")
-
-    def readable(target, _reads=reads):
-        if "/ground_truth/" in target:
-            return False
-        for root in _reads:
-            if target.startswith(root):
-                return True
-        return False
-
-    def hook(event, args, _blocked=blocked, _ws=ws, _dev=device_ok, _realpath=realpath, _as_path=as_path,
-             _readable=readable, _type=type, _int=int, _str=str, _flags=_FAIL_WRITE_FLAGS, _perm=PermissionError,
-             _imports=blocked_imports, _memory=memory_params, _frozenset=frozenset, _path_events=path_events,
-             _stat=os.stat, _isdir=stat.S_ISDIR, _oserror=OSError):
+    def hook(event, args, _blocked=blocked, _imports=frozenset(_BLOCKED_IMPORTS), _ws=ws, _reads=reads,
+             _dev=("/dev/null", "/dev/urandom", "/dev/zero"), _type=type, _str=str, _bytes=bytes, _int=int,
+             _perm=PermissionError, _oserror=OSError, _lstat=os.lstat, _stat=os.stat, _readlink=os.readlink,
+             _getcwd=os.getcwd, _islnk=stat.S_ISLNK, _isdir=stat.S_ISDIR, _len=len,
+             _wflags=os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
+             _path_events=frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.truncate",
+                                     "os.utime"})):
         if event in _blocked:
             raise _perm(f"sandbox: {event} is not allowed")
+        if event == "import":
+            if args[0] in _imports:
+                raise _perm(f"sandbox: importing {args[0]} is not allowed")
+            return
         if event == "open":
-            path, mode, flags = args
-            path = _as_path(path, "open")
-            if path is None:
-                return  # an already open file descriptor
-            real = _realpath(path)
-            if real in _dev:
-                return
+            candidates, mode, flags = (args[0],), args[1], args[2]
             if mode is not None:
                 writing = _type(mode) is not _str or "w" in mode or "a" in mode or "x" in mode or "+" in mode
             else:
-                writing = _type(flags) is not _int or flags & _flags
+                writing = _type(flags) is not _int or bool(flags & _wflags)
+        elif event == "os.listdir" or event == "os.scandir":
+            candidates, writing = ("." if args[0] is None else args[0],), False
+        elif event in _path_events:
+            candidates, writing = ((args[0], args[1]) if event == "os.rename" else (args[0],)), True
+        elif event == "sqlite3.connect":
+            db = args[0]
+            if _type(db) is _bytes:
+                db = db.decode("utf-8", "surrogateescape")
+            if _type(db) is not _str:
+                raise _perm("sandbox: sqlite3.connect takes only str or bytes paths here")
+            if db == "" or db == ":memory:":
+                return
+            if db.startswith("file:"):
+                path, _, query = db[5:].partition("?")
+                if path == "" or "%" in db or "#" in db or "mode=memory" not in query.split("&"):
+                    raise _perm(f"sandbox: sqlite database {db!r} is not allowed")
+                return  # a named in-memory database: no file at all
+            candidates, writing = (db,), True
+        else:
+            return
+        for path in candidates:
+            kind = _type(path)
+            if kind is _int:
+                continue  # an already open descriptor
+            if kind is _bytes:
+                path = path.decode("utf-8", "surrogateescape")  # the bytes the kernel will see, one to one
+            elif kind is not _str:
+                raise _perm(f"sandbox: {event} takes only str or bytes paths here, not {kind.__name__}")
+            # realpath, inline (missing components are kept as they are; more than 40 symlinks is refused)
+            todo = (path if path.startswith("/") else _getcwd() + "/" + path).split("/")
+            todo.reverse()
+            resolved = []
+            hops = 0
+            while todo:
+                name = todo.pop()
+                if name == "" or name == ".":
+                    continue
+                if name == "..":
+                    if resolved:
+                        resolved.pop()
+                    continue
+                candidate = "/" + "/".join(resolved) + ("/" if resolved else "") + name
+                try:
+                    is_link = _islnk(_lstat(candidate).st_mode)
+                except _oserror:
+                    is_link = False
+                if not is_link:
+                    resolved.append(name)
+                    continue
+                hops += 1
+                if hops > 40:
+                    raise _perm(f"sandbox: too many symlinks in {path}")
+                target = _readlink(candidate)
+                if target.startswith("/"):
+                    resolved = []
+                more = target.split("/")
+                more.reverse()
+                todo += more
+            real = "/" + "/".join(resolved)
+            if real in _dev:
+                continue
             target = real + "/"
+            inside = target.startswith(_ws)
             if writing:
-                if not target.startswith(_ws):
+                if not inside:
                     raise _perm(f"sandbox: writing {path} is outside the workspace")
-            elif not _readable(target):
+                continue
+            readable = False
+            for root in _reads:
+                if target.startswith(root):
+                    readable = True
+                    break
+            if not readable:
                 raise _perm(f"sandbox: reading {path} is outside the workspace")
-            if not target.startswith(_ws):
+            if event == "open" and not inside:
                 # A descriptor of a directory outside the workspace would let ``dir_fd=`` calls (whose audit events
                 # do not carry it) write relative to it.
                 try:
@@ -196,41 +513,6 @@ def _install_guard(workspace, read_roots):
                     is_dir = False
                 if is_dir:
                     raise _perm(f"sandbox: opening the directory {path} is not allowed")
-        elif event == "sqlite3.connect":
-            db = _as_path(args[0], "sqlite3.connect")
-            if db is None:
-                raise _perm("sandbox: sqlite3.connect needs a path")
-            if db == "" or db == ":memory:":
-                return
-            if db.startswith("file:"):
-                # A URI (when the caller passes uri=True; otherwise a file of that odd name in the workspace, which
-                # the checks below also accept). Only plain paths: no %-escapes, fragments or authorities.
-                path, _, query = db[5:].partition("?")
-                params = query.split("&") if query else []
-                if "%" in path or "#" in db or path.startswith("//"):
-                    raise _perm(f"sandbox: sqlite database {db!r} is not allowed")
-                if params.count("mode=memory") == 1 and _frozenset(params) <= _memory:
-                    return  # in memory: no file at all
-                if params == ["mode=ro"] and _readable(_realpath(path) + "/"):
-                    return
-                db = path
-            if not (_realpath(db) + "/").startswith(_ws):
-                raise _perm(f"sandbox: sqlite database {db} is outside the workspace")
-        elif event == "import":
-            if args[0] in _imports:
-                raise _perm(f"sandbox: importing {args[0]} is not allowed")
-        elif event in _path_events:
-            path = _as_path(args[0], event)
-            if path is not None and not (_realpath(path) + "/").startswith(_ws):
-                raise _perm(f"sandbox: {event} on {path} is outside the workspace")
-            if event == "os.rename":
-                dst = _as_path(args[1], event)
-                if dst is not None and not (_realpath(dst) + "/").startswith(_ws):
-                    raise _perm(f"sandbox: {event} to {dst} is outside the workspace")
-        elif event == "os.listdir" or event == "os.scandir":
-            path = "." if args[0] is None else _as_path(args[0], event)
-            if path is not None and not _readable(_realpath(path) + "/"):
-                raise _perm(f"sandbox: listing {path} is outside the workspace")
 
     sys.addaudithook(hook)
 
@@ -248,149 +530,145 @@ def _refuse_unaudited_spawning():
     subprocess._fork_exec = fork_exec
 
 
-def _read_only_base_dbs():
-    """AppWorld opens the base databases with a plain (read-write) ``sqlite3.connect`` and caches the connection;
-    open them read-only instead, so no connection in a child can write to the build."""
-    import sqlite3
-
-    from appworld.apps import model_lib
-
-    def connect(db_app_path):
-        connection = sqlite3.connect("file:" + os.path.abspath(db_app_path) + "?mode=ro", uri=True)
-        connection.execute("PRAGMA mmap_size = 268435456")  # as AppWorld's own connection does
-        return connection
-
-    model_lib.get_direct_sqlite3_connection = connect
+# ---- the world: AppWorld's execution machinery, its API calls down the channel --------------------------------
+_APPWORLD = {}  # what prepare_appworld imported, by name
 
 
-def _forbid_new_processes():
-    """A seccomp filter (kernel level, inherited by every later thread) that refuses with EPERM: fork, vfork,
-    execve, execveat and clone without ``CLONE_THREAD`` (clone3 gets ENOSYS: glibc then makes its threads with
-    clone) -- no process creation; ptrace, process_vm_readv/writev, pidfd_open/send_signal/getfd and
-    rt_(tg)sigqueueinfo -- no reaching into another process; kill, tkill and tgkill unless their target (tgkill's
-    thread group) is this process -- no signal to another process of the same user. Whatever C code agent code
-    reaches (cffi reaches libc without an audit event). Must run while the process has one thread. Then it drops
-    ``ctypes`` (:func:`_drop_ctypes`). Returns None when on, else why not."""
-    import ctypes
-    import platform
-    import struct
+def prepare_appworld():
+    """Import what executes code cells (in the zygote, once) and point AppWorld's remote-API hooks at nothing: the
+    trusted API process owns the databases, the clock and the random seed, so the requester's calls that would
+    set them remotely (``set_remote_dbs``...) do nothing here, and the API docs come from the table the parent
+    sends (this process cannot import an app's modules to read them)."""
+    import httpx
+    from IPython.terminal.embed import InteractiveShellEmbed
+    from traitlets.config.loader import Config
 
-    machine = platform.machine()
-    if machine == "x86_64":
-        arch, nrs = 0xC000003E, {"clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "clone3": 435,
-                                 "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
-                                 "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "kill": 62, "tkill": 200,
-                                 "tgkill": 234}
-    elif machine == "aarch64":
-        arch, nrs = 0xC00000B7, {"clone": 220, "execve": 221, "execveat": 281, "clone3": 435, "ptrace": 117,
-                                 "process_vm_readv": 270, "process_vm_writev": 271, "rt_sigqueueinfo": 138,
-                                 "rt_tgsigqueueinfo": 240, "kill": 129, "tkill": 130, "tgkill": 131}
-    else:
-        return f"no seccomp filter for {machine}"
-    nrs.update(pidfd_send_signal=424, pidfd_open=434, pidfd_getfd=438)  # the same on every architecture
-    denied = ("fork", "vfork", "execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev",
-              "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal", "pidfd_open", "pidfd_getfd")
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
-    # (code, jump-if-true label, jump-if-false label, k); labels resolve to relative offsets below.
-    prog = [(ld, None, None, 4), (jeq, None, "deny", arch), (ld, None, None, 0),
-            (jge, "deny", None, 0x40000000),  # the x32 ABI's numbers
-            (jeq, "nosys", None, nrs["clone3"])]
-    prog += [(jeq, "deny", None, nrs[name]) for name in denied if name in nrs]
-    # kill/tkill/tgkill: the first argument (its low 32 bits: pid_t) must be this process.
-    prog += [(jeq, "own_pid", None, nrs[name]) for name in ("kill", "tkill", "tgkill")]
-    prog += [(jeq, None, "allow", nrs["clone"]), (ld, None, None, 16), (jset, "allow", "deny", 0x00010000)]
-    labels = {"own_pid": len(prog)}
-    prog += [(ld, None, None, 16), (jeq, "allow", "deny", os.getpid())]
-    labels.update(allow=len(prog), deny=len(prog) + 1, nosys=len(prog) + 2)
-    prog += [(ret, None, None, allow), (ret, None, None, eperm), (ret, None, None, enosys)]
-    raw = b"".join(struct.pack("HBBI", code, labels[jt] - i - 1 if jt else 0, labels[jf] - i - 1 if jf else 0, k)
-                   for i, (code, jt, jf, k) in enumerate(prog))
+    import appworld.collections.apis as apis_module
+    import appworld.requester as requester_module
+    from appworld.apps.api_lib import set_local_date_and_time
+    from appworld.common.safety_guard import SafetyGuard
+    from appworld.common.utils import GCThreshold
+    from appworld.environment import AppWorld
 
-    class Prog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+    table = {}
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    fprog = Prog(len(prog), raw)
-    try:
-        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: lets an unprivileged process install a filter
-            return f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
-        if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-            return f"seccomp is not available: {os.strerror(ctypes.get_errno())}"
+    def noop(*args, **kwargs):
         return None
-    finally:
-        _drop_ctypes()
+
+    requester_module.set_remote_dbs = noop
+    requester_module.set_remote_random_seed = noop
+    requester_module.set_remote_show_api_response_schemas = noop
+    requester_module.unset_remote_date_and_time = noop
+    requester_module.set_remote_date_and_time = lambda *args, **kwargs: "agentgym-api-process"
+    requester_module._get_api_name_to_doc = lambda app_name, include_private_apis=False: table.get(app_name, {})
+    apis_module.get_name_to_apis = lambda app_name, ignore_private_apis=True: dict.fromkeys(table.get(app_name, {}))
+    _APPWORLD.update(AppWorld=AppWorld, SafetyGuard=SafetyGuard, GCThreshold=GCThreshold, Config=Config,
+                     InteractiveShellEmbed=InteractiveShellEmbed, set_local_date_and_time=set_local_date_and_time,
+                     httpx=httpx, table=table)
+    import _posixsubprocess  # noqa: F401 - imported now, so that the refusal below replaces the module's function
+
+    _refuse_unaudited_spawning()
 
 
-def _drop_ctypes():
-    """Forget ``ctypes`` (imported by the hardening and by AppWorld's dependencies before the guard), so that an
-    ``import ctypes`` in agent code is a fresh import, which the guard refuses."""
-    for name in [n for n in sys.modules if n in ("ctypes", "_ctypes") or n.startswith("ctypes.")]:
-        del sys.modules[name]
+class ChannelTransport:
+    """An ``httpx`` transport that sends each request down the API channel and reads its response (frames of
+    ``channel.py``, numbered: a response to a request that an earlier cell's timeout abandoned is skipped). Bound to
+    its socket's methods now, so AppWorld's safety guard (which blanks ``os.read``/``os.write`` during a cell) does
+    not reach it."""
+
+    def __init__(self, sock, channel):
+        self.sock, self.channel = sock, channel
+        self.seq = 0
+        self.buffer = channel.FrameBuffer(channel.MAX_RESPONSE_BYTES)
+        self._send, self._recv = sock.sendall, sock.recv
+
+    def handle_request(self, request):
+        httpx = _APPWORLD["httpx"]
+        self.seq += 1
+        body = request.read()
+        if len(body) > self.channel.MAX_REQUEST_BYTES - 4096:
+            raise ValueError(f"request body over {self.channel.MAX_REQUEST_BYTES - 4096} bytes")
+        headers = {k: request.headers[k] for k in ("authorization", "content-type") if k in request.headers}
+        self._send(self.channel.encode({"seq": self.seq, "method": request.method,
+                                        "path": request.url.raw_path.decode("ascii"), "headers": headers,
+                                        "body": body.decode("latin-1")}))
+        while True:
+            for payload in self.buffer.frames():
+                frame = self.channel.decode(payload)
+                if frame.get("seq") != self.seq:
+                    continue  # the answer to an abandoned request
+                if isinstance(frame.get("exception"), dict):
+                    raise _server_exception(frame["exception"])
+                return httpx.Response(int(frame["status"]), headers=dict(frame.get("headers") or {}),
+                                      content=str(frame.get("body", "")).encode("latin-1"), request=request)
+            data = self._recv(1 << 20)
+            if not data:
+                raise ConnectionError("the API channel is closed")
+            self.buffer.feed(data)
+
+    def close(self):
+        pass
 
 
-#: Landlock's filesystem access rights (linux/landlock.h); the write-type ones, and the read-type ones
-_LL_WRITE = (1 << 1) | sum(1 << bit for bit in range(4, 13))  # WRITE_FILE, REMOVE_*, MAKE_*
-_LL_READ = (1 << 2) | (1 << 3)  # READ_FILE, READ_DIR
-_LL_FILE_RIGHTS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15)  # what a rule on a non-directory may allow
+def _server_exception(info):
+    """The exception an API raised in the API process, as AppWorld's in-process ``TestClient`` would have raised it
+    into the cell: same type name and module (a stand-in class), same message."""
+    import builtins
+
+    name, module = str(info.get("type", "Exception")), str(info.get("module", "builtins"))
+    base = getattr(builtins, name, None) if module == "builtins" else None
+    if not (isinstance(base, type) and issubclass(base, Exception)):
+        base = type(name, (Exception,), {"__module__": module})
+    return base(str(info.get("message", "")))
 
 
-def _landlock(roots, handled):
-    """Add a Landlock layer (kernel level, inherited by every later thread and applying to whatever C code agent
-    code reaches, cffi included) that refuses the ``handled`` accesses (``"write"``: creating, writing, truncating,
-    removing, renaming, linking files; ``"read"``: opening files and listing directories) everywhere but beneath
-    ``roots`` (paths that do not exist are skipped). Layers stack: each can only take rights away. It binds the
-    calling thread and the threads it starts later, so it runs while the process has one thread. Returns None
-    when the layer is on, else why not (no Landlock in this kernel)."""
-    import ctypes
-    import struct
+def build_world(req, sock, channel):
+    """AppWorld's own ``AppWorld`` object for this task, built without its ``__init__`` (which would load the task's
+    databases here): the fields its ``execute`` uses, its shell and preamble, its requester -- whose client is an
+    ``httpx.Client`` on the channel with the defaults of the ``TestClient`` AppWorld uses in-process -- and its
+    frozen clock. Saving state and logs is the API process's business: both are no-ops here."""
+    from types import SimpleNamespace
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    create, add_rule, restrict = 444, 445, 446  # the same on x86_64 and aarch64 (the generic syscall table)
-    fds = []
-    try:
-        abi = libc.syscall(create, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # LANDLOCK_CREATE_RULESET_VERSION
-        if abi < 1:
-            return f"Landlock is not available: {os.strerror(ctypes.get_errno())}"
-        access = _LL_WRITE if handled == "write" else _LL_READ
-        if handled == "write":
-            access |= (1 << 13 if abi >= 2 else 0) | (1 << 14 if abi >= 3 else 0)  # REFER, TRUNCATE
-        attr = struct.pack("Q", access)  # struct landlock_ruleset_attr's first field (the kernel takes a prefix)
-        ruleset = libc.syscall(create, attr, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
-        if ruleset < 0:
-            return f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}"
-        fds.append(ruleset)
-        for root in roots:
-            try:
-                fd = os.open(root, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
-                continue  # nothing there to allow
-            fds.append(fd)
-            allowed = access if stat.S_ISDIR(os.fstat(fd).st_mode) else access & _LL_FILE_RIGHTS
-            rule = struct.pack("=Qi", allowed, fd)  # struct landlock_path_beneath_attr (packed)
-            if libc.syscall(add_rule, ctypes.c_int(ruleset), ctypes.c_int(1), rule, ctypes.c_uint32(0)) != 0:
-                return f"landlock_add_rule({root}) failed: {os.strerror(ctypes.get_errno())}"
-        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: lets an unprivileged process restrict itself
-            return f"prctl(PR_SET_NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
-        if libc.syscall(restrict, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
-            return f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}"
-        return None
-    finally:
-        for fd in fds:
-            os.close(fd)
-        _drop_ctypes()
+    a = _APPWORLD
+    AppWorld = a["AppWorld"]
+    a["table"].clear()
+    a["table"].update({app: {name: {"api_name": name, **doc} for name, doc in docs.items()}
+                       for app, docs in req["api_table"].items()})
+    defaults = AppWorld.init_defaults
+    world = AppWorld.__new__(AppWorld)
+    world.__dict__.update(
+        task_id=req["task_id"], experiment_name=req["experiment"], remote_apis_url=CHANNEL_URL,
+        remote_environment_url=None, remote_docker=False, max_interactions=int(req["max_interactions"]),
+        max_api_calls_per_interaction=defaults.max_api_calls_per_interaction, raise_on_unsafe_syntax=True,
+        null_patch_unsafe_execution=True, import_utils=False, timeout_seconds=int(req["timeout_seconds"]),
+        show_api_response_schemas=defaults.show_api_response_schemas, random_seed=defaults.random_seed,
+        raise_on_failure=defaults.raise_on_failure, raise_on_extra_parameters=False, parse_datetimes=False,
+        allow_datetime_change=False, add_login_shortcut=False, munchify_response=False, environment_io=[],
+        models=None, models_to_db_home_path="agentgym-api-process", models_from_db_home_path="agentgym-api-process",
+        output_db_home_path_on_disk="agentgym-api-process")
+    from datetime import datetime
 
-
-def _apply_limits(limits):
-    """Lower this process's rlimits (``{"RLIMIT_AS": bytes, ...}``); raising them needs privileges it lacks."""
-    import resource
-
-    for name, value in limits.items():
-        which = getattr(resource, name)
-        soft, hard = resource.getrlimit(which)
-        cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(which, (cap, cap))
+    apps = sorted(a for a in req["api_table"] if a != "admin")
+    world.task = SimpleNamespace(id=req["task_id"], datetime=datetime.fromisoformat(req["datetime"]),
+                                 allowed_apps=apps)
+    a["GCThreshold"].set(defaults.gc_threshold)
+    config = a["Config"]()
+    config.HistoryManager.enabled = False
+    original_excepthook = sys.excepthook
+    world.shell = a["InteractiveShellEmbed"](config=config)
+    sys.excepthook = original_excepthook
+    world.shell.ast_node_interactivity = "none"
+    world._execute_preamble()
+    httpx = a["httpx"]
+    world.requester.client = httpx.Client(base_url="http://testserver", follow_redirects=True,
+                                          headers={"user-agent": "testclient"},
+                                          transport=ChannelTransport(sock, channel))
+    world._set_datetime()
+    world.safety_guard = a["SafetyGuard"]()
+    world.num_interactions = 0
+    world._save_state = lambda directory: None
+    world.save_logs = lambda: None
+    return world
 
 
 def _reply(chan, obj):
@@ -398,23 +676,7 @@ def _reply(chan, obj):
     chan.flush()
 
 
-def _world_read_roots(workspace, task_id):
-    """What a task's world reads from the data tree after its reset (never a ``ground_truth`` folder)."""
-    data = os.path.join(workspace, "data")
-    task = os.path.join(data, "tasks", task_id)
-    return [os.path.join(data, "api_docs"), os.path.join(data, "base_dbs"), os.path.join(task, "specs.json"),
-            os.path.join(task, "dbs")]
-
-
-#: what a worker's C code (the dynamic loader, libc) reads beside the Python installation and the world
-_SYSTEM_READS = ["/usr/lib", "/lib", "/usr/lib64", "/lib64", "/etc/ld.so.cache", "/dev/null", "/dev/urandom",
-                 "/dev/random"]
-
-
-def _serve_world(cfg, chan, landlock):
-    from appworld import AppWorld
-
-    workspace = cfg["workspace"]
+def _serve(workspace, chan, api_sock, channel):
     world, started = None, False
     for line in sys.stdin:
         line = line.strip()
@@ -427,195 +689,132 @@ def _serve_world(cfg, chan, landlock):
             op = req.get("op")
             if op == "reset":
                 if started:
-                    raise RuntimeError("this worker already tried to host a world (one world per process)")
+                    raise RuntimeError("this worker already hosted a world (one world per process)")
                 started = True
-                python_dirs = [sys.prefix, sys.base_prefix, sys.exec_prefix] + [p for p in sys.path if p]
-                read_roots = _world_read_roots(workspace, req["task_id"]) + python_dirs
-                if landlock:
-                    # The guard's read set, for C code too (writes are confined since the fork). Before the world
-                    # starts its threads (an asyncio portal): a layer binds only the thread that adds it and the
-                    # threads it starts later.
-                    if len(os.listdir("/proc/self/task")) != 1:
-                        raise RuntimeError("the worker has more than one thread: Landlock would not bind them all")
-                    failed = _landlock(read_roots + [workspace] + _SYSTEM_READS, "read")
-                    if failed:
-                        raise RuntimeError(failed)
-                new = AppWorld(task_id=req["task_id"], experiment_name=req["experiment"],
-                               timeout_seconds=int(cfg["timeout_seconds"]),
-                               max_interactions=int(cfg["max_interactions"]),
-                               load_ground_truth=False, raise_on_unsafe_syntax=True, null_patch_unsafe_execution=True)
-                task = new.task
+                new = build_world(req, api_sock, channel)
                 # Import everything a cell may lazily need, then raise the guard before any agent code runs: a
                 # world that did not get this far never executes a cell.
                 new.execute("pass")
                 new.environment_io.clear()
                 new.num_interactions = 0
-                _install_guard(workspace, read_roots)
+                install_guard(workspace, python_dirs() + SYSTEM_READS)
                 world = new
-                _reply(chan, {"id": rid, "ok": True, "instruction": task.instruction,
-                              "supervisor": {k: task.supervisor[k] for k in
-                                             ("first_name", "last_name", "email", "phone_number")},
-                              "app_descriptions": dict(task.app_descriptions),
-                              "datetime": task.datetime.isoformat()})
+                _reply(chan, {"id": rid, "ok": True})
             elif op == "execute":
                 if world is None:
                     raise RuntimeError("execute before reset")
-                output = world.execute(str(req["code"]))
-                _reply(chan, {"id": rid, "ok": True, "output": output,
-                              "task_completed": bool(world.task_completed())})
+                _reply(chan, {"id": rid, "ok": True, "output": world.execute(str(req["code"]))})
             else:
                 raise ValueError(f"unknown op {op!r}")
         except BaseException as e:  # noqa: BLE001 - any failure is reported, then the loop goes on
             _reply(chan, {"id": rid, "ok": False, "error": f"{type(e).__name__}: {e}"})
 
 
-def _evaluate(cfg, chan):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("agentgym_appworld_evaluator",
-                                                  os.path.join(_HERE, "evaluator.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    result = module.evaluate_job(cfg["job"])
-    _reply(chan, dict(result, id=cfg["id"]))
-
-
-def _child(msg, fds):
-    """In the forked child: own session, own files, lowered limits; then serve one world or one evaluation."""
-    os.setsid()  # own process group: the server kills the whole group
-    workspace = msg["workspace"]
+def run_worker(cfg, msg, fds):
+    """A forked child of the zygote: confine (layers 1-4), then serve one world."""
+    resp_fd, req_fd, api_fd = fds
+    os.setsid()  # own process group: the zygote kills the whole group
+    workspace, layers = confine(cfg, msg, fds)
     os.chdir(workspace)
     log = os.open(os.path.join(workspace, ".worker-stderr.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    chan = os.fdopen(fds[0], "w", encoding="utf-8")
-    if len(fds) > 1:
-        os.dup2(fds[1], 0)
-        os.close(fds[1])
-        sys.stdin = os.fdopen(0, "r", encoding="utf-8")
-    os.environ.update({"HOME": workspace, "APPWORLD_ROOT": workspace,
-                       "APPWORLD_CACHE": os.path.join(workspace, ".appworld")})
-    limits = dict(msg.get("limits", {}))
-    nproc = limits.pop("RLIMIT_NPROC", None)
-    _apply_limits(limits)
-    if msg["role"] == "worker":
-        # Temporary files (SQLite's, tempfile's) stay in the workspace too: nothing else is writable.
-        os.environ.update({"SQLITE_TMPDIR": workspace, "TMPDIR": workspace})
-        os.symlink(msg["world_data"], os.path.join(workspace, "data"))
-        files_unconfined = _landlock([workspace, "/dev/null"], "write")
-        unconfined = _forbid_new_processes()
-        if unconfined and nproc is not None:
-            # Only without the filter: RLIMIT_NPROC counts every thread of the user, so it could starve AppWorld's
-            # own threads, and the filter already refuses every new process.
-            _apply_limits({"RLIMIT_NPROC": nproc})
-        _reply(chan, {"ready": True, "id": msg["id"], "unconfined": unconfined,
-                      "files_unconfined": files_unconfined})
-        _serve_world(msg, chan, landlock=files_unconfined is None)
-    else:
-        _evaluate(msg, chan)
+    os.dup2(req_fd, 0)
+    os.close(req_fd)
+    sys.stdin = os.fdopen(0, "r", encoding="utf-8")
+    chan = os.fdopen(resp_fd, "w", encoding="utf-8")
+    api_sock = socket.socket(fileno=api_fd)
+    os.environ.clear()
+    os.environ.update({"HOME": workspace, "TMPDIR": workspace, "SQLITE_TMPDIR": workspace, "APPWORLD_ROOT": workspace,
+                       "APPWORLD_CACHE": os.path.join(workspace, ".appworld"), "PATH": "/usr/bin:/bin",
+                       "LANG": "C.UTF-8", "TZ": "UTC"})
+    channel = _load("channel")  # before Landlock: this folder is not in the read set
+    layers.update(harden(workspace, msg.get("limits", {})))
+    _reply(chan, {"ready": True, "id": msg["id"], "layers": layers, "uid": os.getuid()})
+    try:
+        _serve(workspace, chan, api_sock, channel)
+    except BaseException:  # noqa: BLE001 - the worker's own log is in its private tmpfs: say it on the pipe
+        import traceback
+
+        _reply(chan, {"id": None, "ok": False, "error": traceback.format_exc()[-3000:]})
+        raise
     chan.close()
-    os._exit(0)  # skip interpreter teardown (AppWorld's atexit handlers write files)
+    os._exit(0)  # skip interpreter teardown
 
 
-def _status(code):
-    if os.WIFSIGNALED(code):
-        return f"killed by signal {os.WTERMSIG(code)}"
-    return f"exit code {os.WEXITSTATUS(code)}"
+def _load(name):
+    import importlib.util
+
+    if f"agentgym_appworld_{name}" in sys.modules:
+        return sys.modules[f"agentgym_appworld_{name}"]
+    spec = importlib.util.spec_from_file_location(f"agentgym_appworld_{name}", os.path.join(_HERE, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tree(msg):
+    """The state letter of every process of this pid namespace whose parent is ``pid`` or ``pid`` itself (the
+    worker's intermediate and the worker): for tests that wait for a stopped worker."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) == msg["pid"] or int(rest[1]) == msg["pid"]:
+            out[entry] = rest[0]
+    return {"states": out}
+
+
+def probe(cfg):
+    """Layers 1-4 in a throwaway worker (without AppWorld); prints ``{"uid": int, "layers": {...}}``."""
+    become_unprivileged(cfg)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setsid()
+            workspace, layers = confine(cfg, {"workspace_bytes": 1 << 20}, [w])
+            layers.update(harden(workspace, {}))
+            layers["uid"] = os.getuid()
+            os.write(w, json.dumps(layers).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.waitpid(pid, 0)
+    layers = json.loads(data) if data else {"namespaces": "the probe worker died"}
+    uid = layers.pop("uid", None)
+    sys.stdout.write(json.dumps({"uid": uid, "layers": layers}) + "\n")
+    return 0
 
 
 def main(argv):
     import resource
 
-    config = json.loads(argv[1])
-    control = socket.socket(fileno=int(config["control_fd"]))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core dumps, here and in every child
-    # Heavy imports before any fork (they read site-packages); then the process-wide hardening every child inherits.
-    from appworld import AppWorld  # noqa: F401
-    from appworld.apps import get_all_apps
-    from appworld.common.utils import import_apis_module, import_models_module
-    import appworld.evaluator  # noqa: F401
-
-    # Import every app's API and model modules once: building the FastAPI routes is most of a world's start-up
-    # cost, and a child then only loads its task's databases.
-    for app in get_all_apps():
-        import_models_module(app)
-        import_apis_module(app)
-    _refuse_unaudited_spawning()
-    _read_only_base_dbs()
-    sys.dont_write_bytecode = True  # an evaluation imports the task's evaluation.py: no __pycache__ in the build
-    children = set()
-    ended = {}  # pid -> how it ended, for children reaped before the parent asked
-    control.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
-    while True:
-        try:
-            data, fds, _, _ = socket.recv_fds(control, 1 << 20, 4)
-        except OSError:
-            break
-        if not data:
-            break  # the parent is gone
-        while children:  # reap what ended meanwhile (children the parent forgot included): no zombies pile up
-            try:
-                done, code = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if not done:
-                break
-            if done in children:
-                children.discard(done)
-                ended[done] = _status(code)
-        msg = {}
-        try:
-            msg = json.loads(data)
-            op, pid = msg.get("op"), msg.get("pid")
-            if op == "fork":
-                pid = os.fork()
-                if pid == 0:
-                    control.close()
-                    try:
-                        _child(msg, fds)
-                    except BaseException:  # noqa: BLE001 - the child's log says why; the parent sees it die
-                        import traceback
-
-                        traceback.print_exc()
-                    os._exit(70)
-                children.add(pid)
-                ended.pop(pid, None)  # an earlier child of that pid is long reported
-                answer = {"pid": pid}
-            elif op == "kill":
-                answer = {"status": ended.pop(pid, "already reaped")}
-                if pid in children:
-                    for kill in (os.killpg, os.kill):
-                        try:
-                            kill(pid, signal.SIGKILL)
-                            break
-                        except (ProcessLookupError, PermissionError):
-                            continue
-                    answer = {"status": _status(os.waitpid(pid, 0)[1])}
-                    children.discard(pid)
-            elif op == "poll":
-                answer = {"alive": False, "status": ended.pop(pid, "already reaped")}
-                if pid in children:
-                    done, code = os.waitpid(pid, os.WNOHANG)
-                    answer = {"alive": done == 0, "status": _status(code) if done else None}
-                    if done:
-                        children.discard(pid)
-            else:
-                raise ValueError(f"unknown control op {op!r}")
-        except Exception as e:  # noqa: BLE001 - reported to the parent; the server goes on
-            answer = {"error": f"{type(e).__name__}: {e}"}
-        finally:
-            for fd in fds:
-                os.close(fd)
-        answer["seq"] = msg.get("seq") if isinstance(msg, dict) else None  # the parent matches answers by it
-        control.send(json.dumps(answer).encode())
-    for pid in children:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    os._exit(0)
+    if len(argv) > 2 and argv[1] == "--probe":
+        return probe(json.loads(argv[2]))
+    cfg = json.loads(argv[1])
+    control = socket.socket(fileno=int(cfg["control_fd"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core dumps, here and in every worker
+    become_unprivileged(cfg)
+    _libc().prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: a worker's pid-1 process is reaped here, not lost
+    forkserver = _load("forkserver")
+    _load("channel")
+    prepare_appworld()
+    forkserver.serve(control, lambda msg, fds: run_worker(cfg, msg, fds), ops={"tree": _tree},
+                     ready={"uid": os.getuid()})
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    sys.exit(main(sys.argv))
