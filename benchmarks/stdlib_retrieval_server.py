@@ -371,7 +371,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--index", required=True)
     ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--omp-threads", type=int, default=None)
+    # 0: faiss's and torch's own thread defaults (every core), as load_index left them before issue 17
+    ap.add_argument("--omp-threads", type=int, default=0)
     args = ap.parse_args(argv)
     index = load_index(args.index, omp_threads=args.omp_threads)
     server = RetrievalServer(index, ServerConfig(port=args.port))
