@@ -3,7 +3,9 @@
 uvicorn (with h11) parses requests, bounds header size (``h11_max_incomplete_event_size``), keeps connections
 alive and shuts down gracefully. :class:`GuardedH11Protocol` adds, per connection:
 
-* ``TCP_NODELAY`` (set explicitly: a kept-alive client must never wait for Nagle's algorithm);
+* ``TCP_NODELAY`` (set explicitly: a kept-alive client must never wait for Nagle's algorithm), and the writes of
+  one loop iteration coalesced into one ``send`` (uvicorn writes a response's head and body separately: without
+  Nagle each write would be a syscall and a TCP segment of its own);
 * a read deadline: a request must arrive whole (headers and body) within ``request_timeout_s`` of its first byte,
   else the client gets a JSON 408 and the connection closes -- uvicorn has no such timeout, so one client
   trickling bytes (slow-loris) could hold a connection forever;
@@ -69,6 +71,34 @@ def _over_capacity_app(retry_after_s: int):
     return app
 
 
+class _CoalescingTransport:
+    """A transport whose ``write`` calls within one event-loop iteration go out as one ``write`` (at the end of the
+    iteration, or before ``close``); everything else is the real transport's."""
+
+    def __init__(self, transport, loop):
+        self._transport, self._loop = transport, loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(bytes(data))
+
+    def _flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with the guards of the module docstring. Use :func:`protocol_class` to bind limits."""
 
@@ -76,7 +106,7 @@ class GuardedH11Protocol(H11Protocol):
 
     # ---- connection life ----------------------------------------------------------------------------------
     def connection_made(self, transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(_CoalescingTransport(transport, self.loop))
         self._read_timer = None
         self._discarded = 0
         sock = transport.get_extra_info("socket")

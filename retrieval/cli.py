@@ -60,7 +60,9 @@ def build_parser(prog: str = "agentgym retrieval") -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--max-batch", type=int, default=512, help="most queries per search call")
-    s.add_argument("--batch-wait-ms", type=float, default=2.0, help="wait for more requests to batch")
+    s.add_argument("--batch-wait-ms", type=float, default=0.0,
+                   help="wait this long for more requests before a search (default 0: a search takes every request "
+                        "already waiting; under load they pile up while the previous search runs)")
     s.add_argument("--max-topk", type=int, default=100)
     s.add_argument("--max-queries", type=int, default=4096, help="most queries per request")
     s.add_argument("--cpu", action="store_true", help="keep the FAISS index on CPU")

@@ -88,7 +88,7 @@ class ServerConfig:
     max_header_bytes: int = 16 * 1024
     max_json_depth: int = 16
     max_batch: int = 512
-    batch_wait_ms: float = 2.0
+    batch_wait_ms: float = 0.0
     max_pending: int = 1024
     search_timeout_s: float = 120.0
     request_timeout_s: float = 30.0
@@ -236,6 +236,15 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None):
     return _json(status, {"error": message}, headers)
 
 
+class _SearchTimeout(Exception):
+    """A request waited longer than ``search_timeout_s`` for its search."""
+
+
+def _expire(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_exception(_SearchTimeout())
+
+
 def _is_json_type(content_type: str) -> bool:
     mime = content_type.split(";", 1)[0].strip().lower()
     return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
@@ -282,12 +291,16 @@ def build_app(server: "RetrievalServer"):
                 server.batcher.submit(item)
             except queue.Full:
                 return _error(503, "the server is overloaded (too many pending searches); try again later", retry)
+            # a timer, not wait_for(shield(...)): no extra task or future per request
+            timer = loop.call_later(cfg.search_timeout_s, _expire, item.future)
             try:
-                found, failed = await asyncio.wait_for(asyncio.shield(item.future), cfg.search_timeout_s)
-            except asyncio.TimeoutError:
+                found, failed = await item.future
+            except _SearchTimeout:
                 return _error(503, f"the search did not finish within {cfg.search_timeout_s:g} s", retry)
             except Exception as e:  # noqa: BLE001 - the index failed on every query (see _Batcher._isolate)
                 return _error(500, f"the search failed: {type(e).__name__}: {e}")
+            finally:
+                timer.cancel()
             for j, i in enumerate(todo):
                 rows[i] = found[j]
                 if j in failed:
