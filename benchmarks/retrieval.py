@@ -1,7 +1,7 @@
-"""Benchmark of the `retrieval` package (issue 6): encoding, search, the batched server, and HotpotQA-500 recall.
+"""Benchmark of the `retrieval` package: encoding, search, the HTTP server under load, index types at scale, recall.
 
-    python benchmarks/retrieval.py [--quick] [--clients 4] [--duration 6] [--sections encode,search,server,recall]
-                                   [--write benchmarks/RESULTS_retrieval.md]
+    python benchmarks/retrieval.py [--sections encode,search,server,scale,recall] [--quick] [--duration 4]
+                                   [--servers stdlib,uvicorn] [--scale 1000000] [--write benchmarks/RESULTS_retrieval.md]
 
 Sections (every speed figure comes with a reference measured in the same run, on the same machine):
 
@@ -9,13 +9,15 @@ Sections (every speed figure comes with a reference measured in the same run, on
 2. Search latency (batch 1) and throughput (batch 64) on the 4,968-paragraph HotpotQA corpus (dense Flat with
    MiniLM, end to end from text, and BM25) and on 100k synthetic 384-d unit vectors (Flat, IVF, HNSW), with
    faiss-cpu's default ``distance_compute_blas_threshold`` and with the lowered value the package uses.
-3. The HTTP server under concurrent client *processes* on 127.0.0.1 (flat inner product, 100k x 384): the
-   reference is a server in the style of Search-R1's (each request searched on its own thread, faiss defaults),
-   given one query per request and given 64; then `retrieval.server` (requests batched across clients, one search
-   at a time, BLAS threshold lowered) with one query per request and with 64 queries per request. Reports
-   queries/s, p50/p99 request latency, and two ratios: to the one-query-per-request reference (the issue's target:
-   >= 15x with 4 clients) and to the reference given the same number of queries per request (like for like).
-4. Recall@1/5/10 of the gold paragraphs of the 500 HotpotQA questions (mean fraction of the two gold paragraphs in
+3. The HTTP server under keep-alive load: 1, 4, 16 and 64 concurrent keep-alive clients, one query per request and
+   16 per request, BM25 and dense (MiniLM + Flat) on the HotpotQA corpus -- the stdlib server as it was before
+   issue 17 (benchmarks/stdlib_retrieval_server.py, the baseline) and `retrieval.server` (Starlette on uvicorn),
+   each in its own process, measured cell by cell in the same run (benchmarks/retrieval_load.py). Reports q/s,
+   p50/p99 request latency, errors and dropped connections, and checks the issue's targets.
+4. Index types at scale (benchmarks/retrieval_scale.py): 1M synthetic 384-d vectors, Flat / IVF / IVF-PQ / OPQ
+   (and Flat in 2 IndexShards): memory (file, RSS, memory-mapped), build time, q/s, recall@10 against Flat; HNSW's
+   build time projected; projected memory for wiki-18 (21M x 768).
+5. Recall@1/5/10 of the gold paragraphs of the 500 HotpotQA questions (mean fraction of the two gold paragraphs in
    the top k, so recall@1 is at most 0.5), hit@1 (the top passage is gold; = 2 x recall@1), and the fraction of
    questions with both gold paragraphs in the top k, dense (MiniLM: Flat, IVF, HNSW) and BM25.
 
@@ -44,7 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 CORPUS = "wiki_search/corpus/hotpotqa_distractor_paragraphs_4968.jsonl"
 QA = "wiki_search/qa/hotpotqa_distractor_500.jsonl"
 BLAS_DEFAULT = 128000  # faiss-cpu 1.15's default distance_compute_blas_threshold
-SECTIONS = ("encode", "search", "server", "recall")
+SECTIONS = ("encode", "search", "server", "scale", "recall")
 
 
 def shared(name: str) -> Path:
@@ -133,7 +135,7 @@ def search_rates(index, queries, n_single, rounds64=3):
 
 
 def recall_table(indexes, tasks, corpus, lines):
-    progress("4. recall")
+    progress("5. recall")
     row_of = {(p.title, p.text): i for i, p in enumerate(corpus.passages)}
     title_rows: dict[str, list[int]] = {}
     for i, p in enumerate(corpus.passages):
@@ -147,7 +149,7 @@ def recall_table(indexes, tasks, corpus, lines):
                 g.add(i if i is not None else title_rows[para["title"]][0])
         gold.append(g)
     questions = [t["question"] for t in tasks]
-    lines.append("## 4. HotpotQA-500 retrieval of the gold paragraphs (closed corpus of 4,968 paragraphs)\n")
+    lines.append("## 5. HotpotQA-500 retrieval of the gold paragraphs (closed corpus of 4,968 paragraphs)\n")
     lines.append("Query = the question. recall@k = mean fraction of a question's 2 gold paragraphs in the top k, so "
                  "recall@1 is at most 0.5 (one passage); hit@1 = fraction of questions whose top passage is gold "
                  "(= 2 x recall@1); both@k = fraction of questions with both in the top k.\n")
@@ -340,6 +342,9 @@ def main(argv=None):
     ap.add_argument("--servers", default="stdlib,uvicorn",
                     help=f"server implementations of section 3 ({','.join(SERVER_IMPLS)})")
     ap.add_argument("--synthetic", type=int, default=100_000, help="synthetic vectors of section 2b")
+    ap.add_argument("--scale", type=int, default=1_000_000, help="synthetic vectors of section 4")
+    ap.add_argument("--scale-threads", type=int, default=None,
+                    help="faiss threads of section 4 (default: the server's default, a quarter of the cores)")
     ap.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "agentgym-retrieval-bench"))
     ap.add_argument("--write", default=None, help="also write the report (markdown) to this file")
     ap.add_argument("--sections", default=",".join(SECTIONS),
@@ -353,7 +358,8 @@ def main(argv=None):
     if not impls or set(impls) - set(SERVER_IMPLS):
         ap.error(f"--servers: choose from {list(SERVER_IMPLS)}")
     if args.quick:
-        args.duration, args.synthetic = min(args.duration, 2.0), min(args.synthetic, 20_000)
+        args.duration, args.synthetic, args.scale = min(args.duration, 2.0), min(args.synthetic, 20_000), \
+            min(args.scale, 50_000)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
@@ -372,6 +378,14 @@ def main(argv=None):
                  f"({torch.get_num_threads()} threads). Load average at start: {load[0]:.1f} / {load[1]:.1f} / "
                  f"{load[2]:.1f} (1/5/15 min; other processes share these cores, so absolute figures are noisy; "
                  f"ratios are measured in the same run). Sections: {', '.join(sections)}.\n")
+    if "scale" in sections:  # first: it needs the most memory, and nothing else loaded yet
+        from retrieval.index import default_search_threads
+        from retrieval_scale import section_scale
+
+        section_scale(args.scale, cache, lines, args.scale_threads or default_search_threads(), progress)
+        if sections == ["scale"]:
+            _finish_run(lines, args, t_start)
+            return
     corpus = load_corpus(shared(CORPUS))
     tasks = [json.loads(line) for line in shared(QA).open(encoding="utf-8")]
     questions = [t["question"] for t in tasks]
@@ -408,6 +422,10 @@ def main(argv=None):
         recall_table([("dense MiniLM, flat (exact)", dense["flat"]), ("dense MiniLM, IVF (nprobe 16)", dense["ivf"]),
                       ("dense MiniLM, HNSW (M 32, efSearch 128)", dense["hnsw"]), ("BM25 (k1 0.9, b 0.4)", bm25)],
                      tasks, corpus, lines)
+    _finish_run(lines, args, t_start)
+
+
+def _finish_run(lines, args, t_start):
     load = os.getloadavg()
     lines.append(f"Load average at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}. Wall time of this run: "
                  f"{time.perf_counter() - t_start:.0f} s.")

@@ -427,6 +427,10 @@ def _new_faiss_index(kind: str, dim: int, n: int, params: IndexParams, vectors):
         idx.hnsw.efConstruction = params.ef_construction
         return idx
     idx = faiss.index_factory(dim, factory_string(kind, dim, n, params), faiss.METRIC_INNER_PRODUCT)
+    ivf = _try_extract_ivf(idx)
+    if ivf is not None and hasattr(faiss.downcast_index(ivf), "do_polysemous_training"):
+        # polysemous codes (Hamming pre-filtering) are never used here, and training them is most of a PQ build
+        faiss.downcast_index(ivf).do_polysemous_training = False
     if not idx.is_trained:
         idx.train(vectors)
     if not idx.is_trained:
