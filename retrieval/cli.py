@@ -50,6 +50,7 @@ def build_parser(prog: str = "agentgym retrieval") -> argparse.ArgumentParser:
     b.add_argument("--hnsw-m", type=int, default=32)
     b.add_argument("--pq-m", type=int, default=None,
                    help="PQ sub-quantizers of ivfpq/opq (bytes per vector; must divide the dimension; default dim/8)")
+    b.add_argument("--pq-nbits", type=int, default=8, help="bits per PQ code (8: 256 centroids per sub-quantizer)")
     b.add_argument("--factory", default=None,
                    help='a faiss.index_factory string for --kind factory, e.g. "OPQ64,IVF65536,PQ64"')
     b.add_argument("--cpu", action="store_true", help="keep the FAISS index on CPU even when a GPU is visible")
@@ -97,7 +98,7 @@ def _build(args, out) -> None:
     kind = "bm25" if args.bm25 else (args.kind or "flat")
     corpus = load_corpus(args.corpus, ChunkConfig(args.chunk_words, args.chunk_overlap))
     params = IndexParams(nlist=args.nlist, nprobe=args.nprobe, hnsw_m=args.hnsw_m, pq_m=args.pq_m,
-                         factory=args.factory, use_gpu=False if args.cpu else None)
+                         pq_nbits=args.pq_nbits, factory=args.factory, use_gpu=False if args.cpu else None)
     encoder = None
     if kind != "bm25":
         qp, pp = E5_PREFIXES if args.e5 else (args.query_prefix, args.passage_prefix)
@@ -122,7 +123,7 @@ def _serve(args, out) -> None:
                        idle_timeout_s=args.idle_timeout)
     server = RetrievalServer(index, cfg)
     print(f"serving {index.kind} index of {len(index)} passages on {server.url} (POST /retrieve, GET /health; "
-          f"{index.search_threads()} search threads)", file=out, flush=True)
+          f"search threads: {index.search_threads() or 'library default'})", file=out, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -68,7 +68,8 @@ class ServerConfig:
         max_header_bytes: largest request line + headers (431 beyond).
         max_json_depth: deepest JSON nesting accepted (a request needs 2).
         max_batch: most queries merged into one search call (a request is never split).
-        batch_wait_ms: how long the search thread waits for more requests once one is waiting.
+        batch_wait_ms: how long the search thread waits for more requests once one is waiting (0: it takes what is
+            already waiting; under load, requests pile up while the previous search runs).
         max_pending: requests waiting for the search thread before new ones get 503.
         search_timeout_s: how long a request waits for its search before a 503.
         request_timeout_s: the time a client has to send a whole request, from its first byte (408 beyond).
@@ -228,8 +229,11 @@ class _Batcher:
 def _json(status: int, payload: Any, headers: dict[str, str] | None = None):
     from starlette.responses import Response
 
-    return Response(json.dumps(payload, ensure_ascii=False).encode("utf-8"), status_code=status,
-                    headers=headers, media_type="application/json")
+    try:
+        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate somewhere (a corpus text?): JSON escapes are always valid
+        body = json.dumps(payload).encode("ascii")
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None):

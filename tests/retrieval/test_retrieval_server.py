@@ -363,3 +363,39 @@ def test_keep_alive_connections_have_tcp_nodelay(server, bm25):
             assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     finally:
         conn.close()
+
+
+def test_python_m_retrieval_serve_and_sigint(bm25, tmp_path):
+    """`python -m retrieval serve` with the CLI's flags answers on 127.0.0.1 and stops gracefully on SIGINT."""
+    import signal
+    import subprocess
+
+    bm25.save(tmp_path / "idx")
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "retrieval", "serve", "--index", str(tmp_path / "idx"),
+                                 "--port", "0", "--max-batch", "64", "--batch-wait-ms", "1", "--max-topk", "5",
+                                 "--max-queries", "8", "--omp-threads", "1", "--request-timeout", "5",
+                                 "--idle-timeout", "5"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None and time.monotonic() < deadline and proc.poll() is None:
+            for line in log.read_text().splitlines():
+                if " on http://" in line:
+                    url = line.split(" on ", 1)[1].split()[0]
+            time.sleep(0.1)
+        assert url, log.read_text()
+        port = int(url.rsplit(":", 1)[1])
+        q = _queries(bm25, 2)
+        r = post_json(port, {"queries": q, "topk": 5})
+        assert r.status == 200 and [[d["id"] for d in row] for row in r.json()["result"]] == \
+            [[h.id for h in row] for row in bm25.search(q, 5)]
+        assert post_json(port, {"queries": q, "topk": 6}).status == 422  # --max-topk 5
+        assert post_json(port, {"queries": ["a"] * 9}).status == 422  # --max-queries 8
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
