@@ -240,6 +240,10 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None):
     return _json(status, {"error": message}, headers)
 
 
+#: Bodies up to this size are parsed on the event loop; larger ones in a worker thread.
+_INLINE_PARSE_BYTES = 256 * 1024
+
+
 class _SearchTimeout(Exception):
     """A request waited longer than ``search_timeout_s`` for its search."""
 
@@ -259,6 +263,7 @@ def build_app(server: "RetrievalServer"):
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect, Request
+    from starlette.concurrency import run_in_threadpool
     from starlette.routing import Route
 
     cfg = server.config
@@ -280,7 +285,12 @@ def build_app(server: "RetrievalServer"):
         if content_type is not None and not _is_json_type(content_type):
             return _error(415, f"Content-Type {content_type!r} is not JSON; send application/json")
         try:
-            req = parse_search_request(decode_json_body(await read_body(request), cfg.max_json_depth), cfg)
+            raw = await read_body(request)
+            if len(raw) > _INLINE_PARSE_BYTES:  # a big body is parsed off the event loop (numpy's scan frees the GIL)
+                body = await run_in_threadpool(decode_json_body, raw, cfg.max_json_depth)
+            else:
+                body = decode_json_body(raw, cfg.max_json_depth)
+            req = parse_search_request(body, cfg)
         except ProtocolError as e:
             return _error(e.status, str(e))
         except ClientDisconnect:

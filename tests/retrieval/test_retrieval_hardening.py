@@ -150,11 +150,24 @@ def _closed_within(sock: socket.socket, seconds: float) -> bool:
     (b'{"queries": ["a"], "topk": -' + b"9" * 5000 + b"}", "characters"),
     (b'{"queries": ["a"], "topk": 1' + b"0" * 400 + b".5}", "characters"),
     (b'{"queries": ["a"], "topk": Infinity}', "Infinity is not JSON"),
+    (b"[" * 4_000_000, "nested 4000000 levels"),  # parsed off the event loop: the canary is not held up
 ])
 def test_hostile_json_gets_400(server, canary, body, fragment):
     r = http_request(server.port, "POST", "/retrieve", body, {"Content-Type": "application/json"})
     _assert_json_error(r, 400)
     assert fragment in r.json()["error"]
+
+
+def test_a_big_valid_request_is_answered(server, canary, queries, expected):
+    qs = [q + " " + "x" * 80 for q in queries] * 200  # 4,000 queries, ~400 KB
+    r = http_request(server.port, "POST", "/retrieve", json.dumps({"queries": qs, "topk": 1}).encode(),
+                     {"Content-Type": "application/json"}, timeout=60)
+    assert r.status == 200 and len(r.json()["result"]) == 4000
+    # brackets inside strings, after escaped quotes and backslashes, are text, not nesting
+    tricky = '"[' * 50 + "\\" + "[{" * 50
+    r = http_request(server.port, "POST", "/retrieve", json.dumps({"queries": [tricky, queries[0]]}).encode(),
+                     {"Content-Type": "application/json"})
+    assert r.status == 200 and [d["id"] for d in r.json()["result"][1]] == expected[queries[0]]
 
 
 def test_numbers_json_accepts_are_range_checked(server, canary):
