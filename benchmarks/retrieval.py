@@ -385,8 +385,10 @@ def main(argv=None):
         from retrieval.index import default_search_threads
         from retrieval_scale import section_scale
 
-        section_scale(args.scale, cache, lines, args.scale_threads or default_search_threads(), progress)
+        scale_lines: list[str] = []  # run first, reported after section 3
+        section_scale(args.scale, cache, scale_lines, args.scale_threads or default_search_threads(), progress)
         if sections == ["scale"]:
+            lines += scale_lines
             _finish_run(lines, args, t_start)
             return
     corpus = load_corpus(shared(CORPUS))
@@ -420,6 +422,8 @@ def main(argv=None):
 
     if "server" in sections:
         section_server(server_indexes(corpus, encoder, vectors, cache), questions, impls, args.duration, cache, lines)
+    if "scale" in sections:
+        lines += scale_lines
 
     if "recall" in sections:
         recall_table([("dense MiniLM, flat (exact)", dense["flat"]), ("dense MiniLM, IVF (nprobe 16)", dense["ivf"]),
