@@ -94,7 +94,7 @@ def _set_nprobe(index, nprobe):
 def section_scale(n: int, cache: Path, lines: list[str], faiss_threads: int, progress=print) -> None:
     import faiss
 
-    from retrieval.index import IndexParams, _new_faiss_index, factory_string, limit_threads, shard_index
+    from retrieval.index import IndexParams, _new_faiss_index, limit_threads, shard_index
 
     dim, nprobe, m = 384, 16, 48
     nlist = 1024 if n >= 500_000 else max(16, int(4 * math.sqrt(n)) // 4)

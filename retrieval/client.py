@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from .errors import (BadRequestError, ConnectionFailedError, QueryFailedError, RequestRejectedError,
                      RequestTimeoutError, ServerError)
-from .types import Hit, Passage
+from .types import Hit, Passage, split_contents
 
 __all__ = ["RetrievalClient"]
 
@@ -37,11 +37,9 @@ def _passage_from_document(doc: dict) -> Passage:
         raise ServerError(f"a result document is not an object: {doc!r:.100}")
     contents = doc.get("contents")
     if isinstance(contents, str):
-        head, _, rest = contents.partition("\n")
-        if rest and len(head) >= 2 and head.startswith('"') and head.endswith('"'):
-            passage = Passage(id=str(doc.get("id", "")), title=head[1:-1], text=rest)
-            if passage.contents == contents:
-                return passage
+        title, text, raw = split_contents(contents)
+        if raw is None:
+            return Passage(id=str(doc.get("id", "")), title=title, text=text)
         return Passage(id=str(doc.get("id", "")), title=str(doc.get("title") or ""),
                        text=str(doc.get("text") or contents), raw_contents=contents)
     title, text = doc.get("title"), doc.get("text")

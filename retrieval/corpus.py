@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import CorpusError
-from .types import Passage
+from .types import Passage, split_contents
 
 __all__ = ["ChunkConfig", "load_corpus", "chunk_passages", "corpus_checksum", "write_corpus", "Corpus"]
 
@@ -45,21 +45,12 @@ class ChunkConfig:
         return {"chunk_words": self.chunk_words, "chunk_overlap": self.chunk_overlap}
 
 
-def _split_contents(contents: str) -> tuple[str, str, str | None]:
-    """(title, text, raw_contents): wiki-18's ``"Title"\\ntext`` splits into title and text; anything else is
-    kept whole (see the module docstring)."""
-    head, _, rest = contents.partition("\n")
-    if rest and len(head) >= 2 and head.startswith('"') and head.endswith('"'):
-        return head[1:-1], rest, None
-    return "", contents, contents
-
-
 def _passage_from_record(rec: object, lineno: int, path: str) -> Passage:
     if not isinstance(rec, dict):
         raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
     title, text, raw = rec.get("title", ""), rec.get("text"), None
     if text is None and isinstance(rec.get("contents"), str):
-        title, text, raw = _split_contents(rec["contents"])
+        title, text, raw = split_contents(rec["contents"])
     if not isinstance(text, str) or not text.strip():
         raise CorpusError(f"{path}:{lineno}: 'text' must be a non-empty string")
     if not isinstance(title, str):

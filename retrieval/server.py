@@ -35,11 +35,11 @@ import queue
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 from .errors import MissingDependencyError
-from .protocol import ProtocolError, SearchRequest, decode_json_body, hits_to_json, parse_search_request
+from .protocol import ProtocolError, decode_json_body, hits_to_json, parse_search_request
 from .types import Hit
 
 __all__ = ["ServerConfig", "RetrievalServer", "serve", "SEARCH_PROBE"]
@@ -343,7 +343,7 @@ def build_app(server: "RetrievalServer"):
 # ---------------------------------------------------------------------------------------------- lifecycle
 def _http_stack():
     try:
-        import starlette  # noqa: F401
+        import starlette  # noqa: F401 - checked here, imported where used
         import uvicorn
     except ImportError as e:
         raise MissingDependencyError(e.name or "uvicorn", "the retrieval HTTP server") from e

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Passage", "Hit", "passages_to_string"]
+__all__ = ["Passage", "Hit", "passages_to_string", "split_contents"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,16 @@ class Passage:
         if "\n" in self.title and self.raw_contents is None:
             return {"id": self.id, "title": self.title, "text": self.text}
         return {"id": self.id, "contents": self.contents}
+
+
+def split_contents(contents: str) -> tuple[str, str, str | None]:
+    """(title, text, raw_contents) of a ``contents`` string: wiki-18's ``"Title"`` + newline + text splits into
+    title and text (``raw_contents`` None); anything else is kept whole as the text and as ``raw_contents``, so the
+    passage gives back exactly that ``contents``."""
+    head, _, rest = contents.partition("\n")
+    if rest and len(head) >= 2 and head.startswith('"') and head.endswith('"'):
+        return head[1:-1], rest, None
+    return "", contents, contents
 
 
 @dataclass(frozen=True)

@@ -113,3 +113,18 @@ def http_request(port: int, method: str, path: str, body: bytes = b"", headers: 
 def post_json(port: int, payload, path: str = "/retrieve", timeout: float = 30.0) -> RawResponse | None:
     return http_request(port, "POST", path, json.dumps(payload).encode(), {"Content-Type": "application/json"},
                         timeout)
+
+
+def small_bm25(n: int = 300):
+    """A BM25 index over :func:`small_corpus_records` (needs bm25s)."""
+    from retrieval.corpus import Corpus
+    from retrieval.index import build_index
+    from retrieval.types import Passage
+
+    return build_index(Corpus.from_passages([Passage(**r) for r in small_corpus_records(n)], "test"), "bm25")
+
+
+def passage_queries(index, n: int) -> list[str]:
+    """``n`` queries made of words 3-9 of passages spread over the index (each finds its passage among others)."""
+    step = max(1, len(index.passages) // n)
+    return [" ".join(p.text.split()[2:9]) for p in index.passages[::step]][:n]

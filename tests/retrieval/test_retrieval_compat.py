@@ -25,16 +25,13 @@ import threading
 
 import pytest
 
-from retrieval_testkit import need, small_corpus_records
+from retrieval_testkit import need, passage_queries, small_bm25
 
 need("bm25s", "uvicorn", "starlette")
 requests = pytest.importorskip("requests", reason="the trainers' clients use requests")
 
 import agentgym  # noqa: E402
-from retrieval.corpus import Corpus  # noqa: E402
-from retrieval.index import build_index  # noqa: E402
 from retrieval.server import RetrievalServer, ServerConfig  # noqa: E402
-from retrieval.types import Passage  # noqa: E402
 
 
 # ---- Search-R1 generation.py (a14dc3a), restated -----------------------------------------------------------
@@ -82,8 +79,7 @@ def verl_agent_search(session, url: str, query: str, topk: int = 3) -> str:
 # ---- fixtures ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def bm25():
-    corpus = Corpus.from_passages([Passage(**r) for r in small_corpus_records(300)], "test")
-    return build_index(corpus, "bm25")
+    return small_bm25(300)
 
 
 @pytest.fixture(scope="module")
@@ -92,15 +88,12 @@ def server(bm25):
         yield srv
 
 
-def _questions(bm25, n):
-    return [" ".join(p.text.split()[2:9]) for p in bm25.passages[::max(1, len(bm25.passages) // n)]][:n]
-
 
 def test_search_r1_generation_client(server, bm25):
     from agentgym.envs.wiki_search.env import format_passages
 
     url = server.url + "/retrieve"
-    qs = _questions(bm25, 8)
+    qs = passage_queries(bm25, 8)
     rendered = search_r1_batch_search(url, qs, 3)
     expected = bm25.search(qs, 3)
     assert len(rendered) == len(qs)
@@ -117,7 +110,7 @@ def test_search_r1_generation_client(server, bm25):
 
 def test_search_r1_training_batch_of_2560_queries(server, bm25):
     """Search-R1's training config (train_batch_size 512 x n_agent 5) sends up to 2,560 queries in one request."""
-    qs = (_questions(bm25, 40) * 64)[:2560]
+    qs = (passage_queries(bm25, 40) * 64)[:2560]
     r = requests.post(server.url + "/retrieve", json={"queries": qs, "topk": 3, "return_scores": True})
     assert r.status_code == 200
     rows = r.json()["result"]
@@ -131,7 +124,7 @@ def test_broken_queries_do_not_break_a_search_r1_batch(server, bm25):
     row, which _passages2string renders as nothing; the other rows of the batch, and a concurrent client's batch,
     are answered as usual."""
     url = server.url + "/retrieve"
-    qs = _questions(bm25, 4)
+    qs = passage_queries(bm25, 4)
     other: dict = {}
     t = threading.Thread(target=lambda: other.setdefault("out", search_r1_batch_search(url, qs[2:], 3)))
     t.start()
@@ -147,7 +140,7 @@ def test_broken_queries_do_not_break_a_search_r1_batch(server, bm25):
 def test_verl_agent_singular_query_client(server, bm25):
     url = server.url + "/retrieve"
     with requests.Session() as session:
-        for q in _questions(bm25, 5):
+        for q in passage_queries(bm25, 5):
             resp = verl_agent_call_search_api(session, url, q, 3)
             assert len(resp["result"]) == 1 and len(resp["result"][0]) == 3
             hits = bm25.search([q], 3)[0]

@@ -22,7 +22,7 @@ import os
 
 import pytest
 
-from retrieval_testkit import need, small_corpus_records
+from retrieval_testkit import need, passage_queries, small_bm25
 
 if importlib.util.find_spec("verl") is None:
     pytest.skip("verl is not installed (its client test runs in the verl venv of .ci/run)", allow_module_level=True)
@@ -47,16 +47,12 @@ def _verl_search_utils():
 
 utils = _verl_search_utils()
 
-from retrieval.corpus import Corpus  # noqa: E402
-from retrieval.index import build_index  # noqa: E402
 from retrieval.server import RetrievalServer, ServerConfig  # noqa: E402
-from retrieval.types import Passage  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def bm25():
-    corpus = Corpus.from_passages([Passage(**r) for r in small_corpus_records(200)], "test")
-    return build_index(corpus, "bm25")
+    return small_bm25(200)
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +61,10 @@ def server(bm25):
         yield srv
 
 
-def _questions(bm25, n):
-    return [" ".join(p.text.split()[2:9]) for p in bm25.passages[::max(1, len(bm25.passages) // n)]][:n]
-
 
 def test_verl_perform_single_search_batch(server, bm25):
     url = server.url + "/retrieve"
-    qs = _questions(bm25, 4)
+    qs = passage_queries(bm25, 4)
     result_text, meta = utils.perform_single_search_batch(url, qs, topk=3, concurrent_semaphore=None, timeout=30)
     assert meta["status"] == "success" and meta["api_request_error"] is None and meta["total_results"] == 12
     expected = bm25.search(qs, 3)
@@ -84,7 +77,7 @@ def test_verl_call_search_api_edges(server, bm25):
     url = server.url + "/retrieve"
     response, error = utils.call_search_api(url, [], topk=3, return_scores=True, timeout=30)
     assert error is None and response == {"result": []}  # 200, not a 4xx that verl turns into "API Request Error"
-    qs = _questions(bm25, 2)
+    qs = passage_queries(bm25, 2)
     response, error = utils.call_search_api(url, [qs[0], "\ud800 broken decode", "", qs[1]], topk=2, timeout=30)
     assert error is None  # answered at once: no 5xx, so none of verl's ten retries
     assert [len(r) for r in response["result"]] == [2, 0, 0, 2] and response["errors"][0]["index"] == 1

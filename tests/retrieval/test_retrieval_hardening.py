@@ -19,14 +19,11 @@ import time
 
 import pytest
 
-from retrieval_testkit import http_request, need, post_json, read_response, small_corpus_records
+from retrieval_testkit import http_request, need, post_json, read_response, small_bm25
 
 need("bm25s", "uvicorn", "starlette")
 
-from retrieval.corpus import Corpus  # noqa: E402
-from retrieval.index import build_index  # noqa: E402
 from retrieval.server import RetrievalServer, ServerConfig  # noqa: E402
-from retrieval.types import Passage  # noqa: E402
 
 READ_TIMEOUT_S = 1.0
 IDLE_TIMEOUT_S = 3.0
@@ -34,8 +31,7 @@ IDLE_TIMEOUT_S = 3.0
 
 @pytest.fixture(scope="module")
 def bm25():
-    corpus = Corpus.from_passages([Passage(**r) for r in small_corpus_records(300)], "test")
-    return build_index(corpus, "bm25")
+    return small_bm25(300)
 
 
 @pytest.fixture(scope="module")

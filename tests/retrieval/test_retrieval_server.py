@@ -16,23 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from retrieval_testkit import http_request, need, post_json, small_corpus_records
+from retrieval_testkit import http_request, need, post_json, small_bm25
 
 need("bm25s", "uvicorn", "starlette")
 
 from retrieval.client import RetrievalClient  # noqa: E402
-from retrieval.corpus import Corpus  # noqa: E402
 from retrieval.errors import (ConnectionFailedError, QueryFailedError, RequestRejectedError,  # noqa: E402
                               RequestTimeoutError, ServerError)
-from retrieval.index import build_index  # noqa: E402
 from retrieval.server import RetrievalServer, ServerConfig  # noqa: E402
-from retrieval.types import Passage  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def bm25():
-    corpus = Corpus.from_passages([Passage(**r) for r in small_corpus_records(300)], "test")
-    return build_index(corpus, "bm25")
+    return small_bm25(300)
 
 
 @pytest.fixture(scope="module")
