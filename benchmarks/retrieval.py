@@ -1,7 +1,7 @@
-"""Benchmark of the `retrieval` package (issue 6): encoding, search, the batched server, and HotpotQA-500 recall.
+"""Benchmark of the `retrieval` package: encoding, search, the HTTP server under load, index types at scale, recall.
 
-    python benchmarks/retrieval.py [--quick] [--clients 4] [--duration 6] [--sections encode,search,server,recall]
-                                   [--write benchmarks/RESULTS_retrieval.md]
+    python benchmarks/retrieval.py [--sections encode,search,server,scale,recall] [--quick] [--duration 4]
+                                   [--servers stdlib,uvicorn] [--scale 1000000] [--write benchmarks/RESULTS_retrieval.md]
 
 Sections (every speed figure comes with a reference measured in the same run, on the same machine):
 
@@ -9,13 +9,15 @@ Sections (every speed figure comes with a reference measured in the same run, on
 2. Search latency (batch 1) and throughput (batch 64) on the 4,968-paragraph HotpotQA corpus (dense Flat with
    MiniLM, end to end from text, and BM25) and on 100k synthetic 384-d unit vectors (Flat, IVF, HNSW), with
    faiss-cpu's default ``distance_compute_blas_threshold`` and with the lowered value the package uses.
-3. The HTTP server under concurrent client *processes* on 127.0.0.1 (flat inner product, 100k x 384): the
-   reference is a server in the style of Search-R1's (each request searched on its own thread, faiss defaults),
-   given one query per request and given 64; then `retrieval.server` (requests batched across clients, one search
-   at a time, BLAS threshold lowered) with one query per request and with 64 queries per request. Reports
-   queries/s, p50/p99 request latency, and two ratios: to the one-query-per-request reference (the issue's target:
-   >= 15x with 4 clients) and to the reference given the same number of queries per request (like for like).
-4. Recall@1/5/10 of the gold paragraphs of the 500 HotpotQA questions (mean fraction of the two gold paragraphs in
+3. The HTTP server under keep-alive load: 1, 4, 16 and 64 concurrent keep-alive clients, one query per request and
+   16 per request, BM25 and dense (MiniLM + Flat) on the HotpotQA corpus -- the stdlib server as it was before
+   issue 17 (benchmarks/stdlib_retrieval_server.py, the baseline) and `retrieval.server` (Starlette on uvicorn),
+   each in its own process, measured cell by cell in the same run (benchmarks/retrieval_load.py). Reports q/s,
+   p50/p99 request latency, errors and dropped connections, and checks the issue's targets.
+4. Index types at scale (benchmarks/retrieval_scale.py): 1M synthetic 384-d vectors, Flat / IVF / IVF-PQ / OPQ
+   (and Flat in 2 IndexShards): memory (file, RSS, memory-mapped), build time, q/s, recall@10 against Flat; HNSW's
+   build time projected; projected memory for wiki-18 (21M x 768).
+5. Recall@1/5/10 of the gold paragraphs of the 500 HotpotQA questions (mean fraction of the two gold paragraphs in
    the top k, so recall@1 is at most 0.5), hit@1 (the top passage is gold; = 2 x recall@1), and the fraction of
    questions with both gold paragraphs in the top k, dense (MiniLM: Flat, IVF, HNSW) and BM25.
 
@@ -29,23 +31,21 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import multiprocessing as mp
 import os
 import platform
 import statistics
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # retrieval_load (after the repo root: this file is retrieval.py)
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = "wiki_search/corpus/hotpotqa_distractor_paragraphs_4968.jsonl"
 QA = "wiki_search/qa/hotpotqa_distractor_500.jsonl"
 BLAS_DEFAULT = 128000  # faiss-cpu 1.15's default distance_compute_blas_threshold
-SECTIONS = ("encode", "search", "server", "recall")
+SECTIONS = ("encode", "search", "server", "scale", "recall")
 
 
 def shared(name: str) -> Path:
@@ -69,37 +69,6 @@ def timed(fn, repeat=1):
     return out, min(best)
 
 
-# ------------------------------------------------------------------------------- client process (spawned)
-def client_worker(args):
-    """One client process: POST /retrieve with `per_request` query ids until `duration` or `max_requests`."""
-    url, per_request, duration, max_requests, seed, n_ids, topk = args
-    import random
-
-    from retrieval.client import RetrievalClient
-    from retrieval.errors import RetrievalError
-
-    rng = random.Random(seed)
-    client = RetrievalClient(url, timeout=60)
-    lat, n_queries, errors = [], 0, 0
-    start = time.perf_counter()
-    wall_start = time.time()
-    for _ in range(max_requests):
-        if time.perf_counter() - start > duration:
-            break
-        queries = [f"q{rng.randrange(n_ids)}" for _ in range(per_request)]
-        t = time.perf_counter()
-        try:
-            rows = client.retrieve_raw(queries, topk, return_scores=True)
-            if len(rows) != per_request or any(len(r) != topk for r in rows):
-                errors += 1
-        except RetrievalError:
-            errors += 1
-            continue
-        lat.append(time.perf_counter() - t)
-        n_queries += per_request
-    return {"lat": lat, "queries": n_queries, "errors": errors, "start": wall_start, "end": time.time()}
-
-
 # ------------------------------------------------------------------------------- synthetic lookup encoder
 class LookupEncoder:
     """Maps query text 'q<i>' to row i of a fixed matrix: isolates search and serving from text encoding."""
@@ -112,59 +81,6 @@ class LookupEncoder:
 
     def encode_queries(self, queries, show_progress=False):
         return self.matrix[[int(q[1:]) for q in queries]]
-
-
-class NaiveServer:
-    """The reference: one thread per request, each searching on its own (no batching, no lock), faiss defaults
-    -- the behaviour of a Search-R1-style server when clients send one query per request."""
-
-    def __init__(self, index, encoder, passages):
-        owner = self
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                q = owner.encoder.encode_queries(body["queries"])
-                scores, ids = owner.index.search(q, int(body.get("topk", 3)))
-                res = [[{"document": {"id": str(i), "contents": owner.passages[i]}, "score": float(s)}
-                        for i, s in zip(ri, rs)] for ri, rs in zip(ids.tolist(), scores.tolist())]
-                data = json.dumps({"result": res}).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        class S(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 256
-
-        self.index, self.encoder, self.passages = index, encoder, passages
-        self.httpd = S(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def load_test(url, clients, per_request, duration, n_ids, topk=3):
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(clients) as pool:
-        outs = pool.map(client_worker, [(url, per_request, duration, 10**6, s, n_ids, topk) for s in range(clients)],
-                        chunksize=1)
-    lat = [x for o in outs for x in o["lat"]]
-    queries = sum(o["queries"] for o in outs)
-    wall = max(o["end"] for o in outs) - min(o["start"] for o in outs)
-    return {"qps": queries / wall, "p50_ms": 1e3 * pct(lat, 50), "p99_ms": 1e3 * pct(lat, 99),
-            "requests": len(lat), "queries": queries, "errors": sum(o["errors"] for o in outs)}
 
 
 # ------------------------------------------------------------------------------- sections
@@ -218,7 +134,7 @@ def search_rates(index, queries, n_single, rounds64=3):
 
 
 def recall_table(indexes, tasks, corpus, lines):
-    progress("4. recall")
+    progress("5. recall")
     row_of = {(p.title, p.text): i for i, p in enumerate(corpus.passages)}
     title_rows: dict[str, list[int]] = {}
     for i, p in enumerate(corpus.passages):
@@ -232,7 +148,7 @@ def recall_table(indexes, tasks, corpus, lines):
                 g.add(i if i is not None else title_rows[para["title"]][0])
         gold.append(g)
     questions = [t["question"] for t in tasks]
-    lines.append("## 4. HotpotQA-500 retrieval of the gold paragraphs (closed corpus of 4,968 paragraphs)\n")
+    lines.append("## 5. HotpotQA-500 retrieval of the gold paragraphs (closed corpus of 4,968 paragraphs)\n")
     lines.append("Query = the question. recall@k = mean fraction of a question's 2 gold paragraphs in the top k, so "
                  "recall@1 is at most 0.5 (one passage); hit@1 = fraction of questions whose top passage is gold "
                  "(= 2 x recall@1); both@k = fraction of questions with both in the top k.\n")
@@ -320,69 +236,135 @@ def section_synthetic(n, dim, quick, lines):
     return built["flat"], enc, corpus
 
 
-def section_server(flat, enc, corpus, clients, duration, lines):
-    import faiss
+SERVER_CLIENTS = (1, 4, 16, 64)
+SERVER_BATCH = 16  # queries per request in the "batched" rows (a rollout worker's active samples)
+SERVER_IMPLS = {
+    # name: (label, command prefix; the index directory and --port 0 are appended)
+    "stdlib": ("stdlib server (before issue 17)", [sys.executable, str(REPO / "benchmarks" / "stdlib_retrieval_server.py")]),
+    "uvicorn": ("retrieval.server (uvicorn), default search threads", [sys.executable, "-m", "retrieval", "serve"]),
+    "uvicorn-all": ("retrieval.server (uvicorn), --omp-threads 0 (the libraries' defaults, every core)",
+                    [sys.executable, "-m", "retrieval", "serve", "--omp-threads", "0"]),
+}
 
-    from retrieval.server import RetrievalServer, ServerConfig
 
-    progress("3. server load tests")
-    n_ids = enc.matrix.shape[0]
-    passages = [p.contents for p in corpus.passages]
-    results = []
-    ncpu = os.cpu_count() or 1
-    faiss.cvar.distance_compute_blas_threshold = BLAS_DEFAULT
-    faiss.omp_set_num_threads(ncpu)
-    with NaiveServer(flat.index, enc, passages) as naive:
-        base = load_test(naive.url, clients, 1, duration, n_ids)
-        base64 = load_test(naive.url, clients, 64, duration, n_ids)
-    results.append(("reference: thread per request, faiss defaults", 1, ncpu, base))
-    results.append(("reference: thread per request, faiss defaults", 64, ncpu, base64))
-    ref_for = {1: base, 64: base64}
-    faiss.cvar.distance_compute_blas_threshold = 20
-    for per, threads in ((1, ncpu), (64, ncpu), (64, 1)):
-        faiss.omp_set_num_threads(threads)
-        with RetrievalServer(flat, ServerConfig(port=0, batch_wait_ms=2.0)) as srv:
-            r = load_test(srv.url, clients, per, duration, n_ids)
-            r["max_batch"] = srv.batcher.max_batch_seen
-        results.append(("retrieval.server, batched", per, threads, r))
-    faiss.omp_set_num_threads(ncpu)
-    lines.append(f"## 3. Server under {clients} concurrent client processes (127.0.0.1, flat IP, {len(corpus):,} "
-                 f"x {enc.dim}, top 3, {duration:.0f} s each)\n")
-    lines.append("| server | queries/request | faiss threads | queries/s | x reference, 1 q/request | "
-                 "x reference, same q/request | request p50 ms | request p99 ms | requests | errors | "
-                 "largest batch |")
-    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, per, threads, r in results:
-        lines.append(f"| {name} | {per} | {threads} | {r['qps']:.0f} | {r['qps'] / base['qps']:.1f} | "
-                     f"{r['qps'] / ref_for[per]['qps']:.1f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
-                     f"{r['requests']} | {r['errors']} | {r.get('max_batch', 1)} |")
-    ours = [(per, r) for name, per, _t, r in results if name.startswith("retrieval.server")]
-    best = max(r["qps"] for _p, r in ours) / base["qps"]
-    like = max(r["qps"] / ref_for[per]["qps"] for per, r in ours if per == 64)
-    lines.append(f"\nTarget >= 15x the one-query-per-request reference with {clients} clients: "
-                 f"{'met' if best >= 15 else 'NOT met'} (best {best:.1f}x). That compares 64-query requests with "
-                 f"1-query requests; against the reference given the same 64-query requests the batched server is "
-                 f"{like:.1f}x (best of its rows).\n")
-    return results
+def server_indexes(corpus, encoder, vectors, cache: Path) -> dict[str, Path]:
+    """The HotpotQA BM25 and dense-flat (MiniLM) indexes, saved once under the cache for the server processes."""
+    from retrieval.index import IndexParams, build_index, dense_from_vectors
 
+    out = {}
+    for engine in ("bm25", "dense"):
+        d = cache / f"server-{engine}-{corpus.checksum[7:23]}"
+        if not (d / "meta.json").is_file():
+            idx = build_index(corpus, "bm25") if engine == "bm25" else \
+                dense_from_vectors(corpus, "flat", encoder, vectors, IndexParams(use_gpu=False))
+            idx.save(d)
+        out[engine] = d
+    return out
+
+
+def section_server(index_dirs: dict[str, Path], questions: list[str], impls: list[str], duration: float,
+                   cache: Path, lines: list[str]) -> None:
+    """Section 3: every server implementation under the same keep-alive load, cell by cell, interleaved."""
+    from retrieval.index import load_index
+    from retrieval_load import ServerProcess, run_cell
+
+    progress("3. server load")
+    load_start = os.getloadavg()
+    rows = []
+    for engine, d in index_dirs.items():
+        idx = load_index(d) if engine == "bm25" else None
+        min_hits = min(len(r) for r in idx.search(questions, 3)) if idx is not None else 3
+        servers = {}
+        try:
+            for name in impls:
+                servers[name] = ServerProcess(SERVER_IMPLS[name][1] + ["--index", str(d), "--port", "0"],
+                                              str(cache / f"server-{engine}-{name}.log"))
+            for srv in servers.values():  # warm up: first searches load lazily-initialised state
+                run_cell(srv.port, 2, 2, questions, 3, min_hits, 1.0)
+            for clients in SERVER_CLIENTS:
+                for per in (1, SERVER_BATCH):
+                    cell = {}
+                    for name, srv in servers.items():
+                        progress(f"   {engine} {name}: {clients} clients x {per} q/request")
+                        cell[name] = run_cell(srv.port, clients, per, questions, 3, min_hits, duration)
+                    rows.append((engine, clients, per, cell))
+        finally:
+            for srv in servers.values():
+                srv.stop()
+    load_end = os.getloadavg()
+    labels = ", ".join(f"**{n}** = {SERVER_IMPLS[n][0]}" for n in impls)
+    lines.append(f"## 3. Server under keep-alive load (127.0.0.1, HotpotQA corpus, top 3, {duration:.0f} s per cell)\n")
+    lines.append(f"Servers: {labels}; each its own process, started together and measured cell by cell, one after the "
+                 f"other. Clients: N concurrent keep-alive connections (asyncio, two client processes), each sending "
+                 f"its next request when the answer arrives; queries are the 500 HotpotQA-500 questions. "
+                 f"\"batched\" = {SERVER_BATCH} queries per request. dense = MiniLM encode + flat inner product "
+                 f"(4,968 x 384). Load average (1 min) at the start of the section {load_start[0]:.1f}, at its end "
+                 f"{load_end[0]:.1f}.\n")
+    head = "| engine | clients | q/request |"
+    rule = "|---|---:|---:|"
+    for n in impls:
+        head += f" {n}: q/s | {n}: p50 ms | {n}: p99 ms | {n}: errors / drops |"
+        rule += "---:|---:|---:|---:|"
+    for n in impls[1:]:
+        head += f" q/s {n} / {impls[0]} |"
+        rule += "---:|"
+    lines += [head, rule]
+    for engine, clients, per, cell in rows:
+        row = f"| {engine} | {clients} | {per} |"
+        for n in impls:
+            r = cell[n]
+            row += f" {r.qps:.0f} | {r.p50_ms:.1f} | {r.p99_ms:.1f} | {r.errors} / {r.dropped} |"
+        for n in impls[1:]:
+            row += f" {cell[n].qps / max(cell[impls[0]].qps, 1e-9):.1f}x |"
+        lines.append(row)
+    lines.append("")
+    for engine, clients, per, cell in rows:
+        for n in impls:
+            if cell[n].samples:
+                lines.append(f"- {engine}, {clients} clients, {per} q/request, {n}: e.g. {cell[n].samples[0]}")
+    if "uvicorn" in impls:
+        new = {(e, c, p): cell["uvicorn"] for e, c, p, cell in rows}
+        p50 = new[("bm25", 1, 1)].p50_ms
+        lines.append(f"\nTarget: single-query keep-alive p50 < 5 ms for BM25 (1 client): {p50:.2f} ms, "
+                     f"{'met' if p50 < 5 else 'NOT met'}.")
+        if "stdlib" in impls:
+            ratio = new[("dense", 16, 1)].qps / max([cell["stdlib"] for e, c, p, cell in rows
+                                                    if (e, c, p) == ("dense", 16, 1)][0].qps, 1e-9)
+            lines.append(f"Target: dense single-query q/s at 16 clients >= 5x the stdlib server's: {ratio:.1f}x, "
+                         f"{'met' if ratio >= 5 else 'NOT met'}.")
+        ours = [cell[n] for _e, _c, _p, cell in rows for n in impls if n.startswith("uvicorn")]
+        bad = sum(r.errors + r.dropped for r in ours)
+        lines.append(f"Target: zero errors and zero dropped connections (retrieval.server, every row): "
+                     f"{bad} in all, {'met' if bad == 0 else 'NOT met'}.\n")
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller samples (a smoke run)")
-    ap.add_argument("--clients", type=int, default=4)
-    ap.add_argument("--duration", type=float, default=6.0, help="seconds per server load test")
-    ap.add_argument("--synthetic", type=int, default=100_000, help="synthetic vectors")
+    ap.add_argument("--duration", type=float, default=4.0, help="seconds per server load cell")
+    ap.add_argument("--servers", default="stdlib,uvicorn,uvicorn-all",
+                    help=f"server implementations of section 3 ({','.join(SERVER_IMPLS)})")
+    ap.add_argument("--synthetic", type=int, default=100_000, help="synthetic vectors of section 2b")
+    ap.add_argument("--scale", type=int, default=1_000_000, help="synthetic vectors of section 4")
+    ap.add_argument("--scale-threads", type=int, default=None,
+                    help="faiss threads of section 4 (default: the server's default, a quarter of the cores)")
     ap.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "agentgym-retrieval-bench"))
     ap.add_argument("--write", default=None, help="also write the report (markdown) to this file")
     ap.add_argument("--sections", default=",".join(SECTIONS),
-                    help=f"comma-separated subset of {','.join(SECTIONS)} (server alone needs no encoder or corpus)")
+                    help=f"comma-separated subset of {','.join(SECTIONS)}")
     args = ap.parse_args(argv)
     sections = [x.strip() for x in args.sections.split(",") if x.strip()]
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         ap.error(f"unknown section(s) {unknown}; choose from {SECTIONS}")
+    impls = [x.strip() for x in args.servers.split(",") if x.strip()]
+    if not impls or set(impls) - set(SERVER_IMPLS):
+        ap.error(f"--servers: choose from {list(SERVER_IMPLS)}")
     if args.quick:
-        args.duration, args.synthetic = min(args.duration, 2.0), min(args.synthetic, 20_000)
+        args.duration, args.synthetic, args.scale = min(args.duration, 2.0), min(args.synthetic, 20_000), \
+            min(args.scale, 50_000)
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
 
     import faiss
     import torch
@@ -395,16 +377,18 @@ def main(argv=None):
     load = os.getloadavg()
     lines.append(f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
                  f"faiss {faiss.__version__} ({faiss.get_num_gpus()} GPUs), torch {torch.__version__} "
-                 f"({torch.get_num_threads()} threads). Load average at start: {load[0]:.1f} "
-                 f"(other processes share these cores, so absolute figures are noisy; ratios are measured in the "
-                 f"same run). Sections: {', '.join(sections)}.\n")
-    if "search" not in sections and "server" in sections:  # the server needs only the synthetic flat index
-        x, _q, corpus_syn, enc_syn = synthetic(args.synthetic, 384)
-        flat_syn = dense_from_vectors(corpus_syn, "flat", enc_syn, x, IndexParams(use_gpu=False))
-        section_server(flat_syn, enc_syn, corpus_syn, args.clients, args.duration, lines)
-        sections = [name for name in sections if name != "server"]
-        if not sections:
-            _finish(lines, args)
+                 f"({torch.get_num_threads()} threads). Load average at start: {load[0]:.1f} / {load[1]:.1f} / "
+                 f"{load[2]:.1f} (1/5/15 min; other processes share these cores, so absolute figures are noisy; "
+                 f"ratios are measured in the same run). Sections: {', '.join(sections)}.\n")
+    if "scale" in sections:  # first: it needs the most memory, and nothing else loaded yet
+        from retrieval.index import default_search_threads
+        from retrieval_scale import section_scale
+
+        scale_lines: list[str] = []  # run first, reported after section 3
+        section_scale(args.scale, cache, scale_lines, args.scale_threads or default_search_threads(), progress)
+        if sections == ["scale"]:
+            lines += scale_lines
+            _finish_run(lines, args, t_start)
             return
     corpus = load_corpus(shared(CORPUS))
     tasks = [json.loads(line) for line in shared(QA).open(encoding="utf-8")]
@@ -414,13 +398,14 @@ def main(argv=None):
     if "encode" in sections:
         section_encode(encoder, corpus, questions, args.quick, lines)
 
-    vectors, enc_time = corpus_vectors(encoder, corpus, Path(args.cache))
+    vectors, enc_time = corpus_vectors(encoder, corpus, cache)
     if enc_time is not None:
         lines.append(f"Encoding the whole 4,968-paragraph corpus took {enc_time:.1f} s "
                      f"({len(corpus) / enc_time:.1f} paragraphs/s).\n")
-    dense = {k: dense_from_vectors(corpus, k, encoder, vectors, IndexParams(use_gpu=False))
-             for k in ("flat", "ivf", "hnsw")}
-    bm25, tb = timed(lambda: build_index(corpus, "bm25"))
+    if "search" in sections or "recall" in sections:
+        dense = {k: dense_from_vectors(corpus, k, encoder, vectors, IndexParams(use_gpu=False))
+                 for k in ("flat", "ivf", "hnsw")}
+        bm25, tb = timed(lambda: build_index(corpus, "bm25"))
     if "search" in sections:
         lines.append("## 2a. Search on the HotpotQA corpus (4,968 paragraphs, top 10, from question text)\n")
         lines.append(f"BM25 index build: {tb:.2f} s.\n")
@@ -432,16 +417,24 @@ def main(argv=None):
         qv = encoder.encode_queries(questions[:64])
         _, t_vec = timed(lambda: dense["flat"].index.search(qv, 10), repeat=5)
         lines.append(f"| dense flat, vectors only (no encoding) | - | {64 / t_vec:.0f} |\n")
+        section_synthetic(args.synthetic, 384, args.quick, lines)
 
-    if "search" in sections:
-        flat_syn, enc_syn, corpus_syn = section_synthetic(args.synthetic, 384, args.quick, lines)
-        if "server" in sections:
-            section_server(flat_syn, enc_syn, corpus_syn, args.clients, args.duration, lines)
+    if "server" in sections:
+        section_server(server_indexes(corpus, encoder, vectors, cache), questions, impls, args.duration, cache, lines)
+    if "scale" in sections:
+        lines += scale_lines
 
     if "recall" in sections:
         recall_table([("dense MiniLM, flat (exact)", dense["flat"]), ("dense MiniLM, IVF (nprobe 16)", dense["ivf"]),
                       ("dense MiniLM, HNSW (M 32, efSearch 128)", dense["hnsw"]), ("BM25 (k1 0.9, b 0.4)", bm25)],
                      tasks, corpus, lines)
+    _finish_run(lines, args, t_start)
+
+
+def _finish_run(lines, args, t_start):
+    load = os.getloadavg()
+    lines.append(f"Load average at the end: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}. Wall time of this run: "
+                 f"{time.perf_counter() - t_start:.0f} s.")
     _finish(lines, args)
 
 

@@ -1,10 +1,11 @@
 """Command line: ``build``, ``serve`` and ``search`` (hooked into ``agentgym retrieval ...``; also
-``python -m retrieval.cli ...``).
+``python -m retrieval ...``).
 
-* ``build --corpus F --out DIR [--kind flat|ivf|hnsw | --bm25] [--encoder M] [--query-prefix P]
-  [--passage-prefix P] [--chunk-words N --chunk-overlap M] [--batch-size B] [--device D] [--cpu]``
-* ``serve --index DIR [--host 127.0.0.1] [--port P] [--max-batch N] [--batch-wait-ms T] [--cpu]
-  [--omp-threads N]``
+* ``build --corpus F --out DIR [--kind flat|ivf|hnsw|ivfpq|opq|factory | --bm25] [--factory STR] [--pq-m M]
+  [--encoder M] [--query-prefix P] [--passage-prefix P] [--chunk-words N --chunk-overlap M] [--batch-size B]
+  [--device D] [--cpu]``
+* ``serve --index DIR [--host 127.0.0.1] [--port P] [--max-batch N] [--batch-wait-ms T] [--max-topk K]
+  [--max-queries N] [--cpu] [--omp-threads N] [--mmap] [--shards N] [--request-timeout S] [--idle-timeout S]``
 * ``search --index DIR [--topk K] [--json] QUERY [QUERY ...]`` (``--index`` may also be a server URL)
 
 Exit status 0 on success, 2 on bad arguments or a retrieval error (the message goes to stderr).
@@ -31,8 +32,8 @@ def build_parser(prog: str = "agentgym retrieval") -> argparse.ArgumentParser:
     b.add_argument("--corpus", required=True, help="JSONL corpus file")
     b.add_argument("--out", required=True, help="index directory to write")
     kind = b.add_mutually_exclusive_group()
-    kind.add_argument("--kind", choices=("flat", "ivf", "hnsw", "bm25"), default=None,
-                      help="index type (default flat)")
+    kind.add_argument("--kind", choices=("flat", "ivf", "hnsw", "ivfpq", "opq", "factory", "bm25"), default=None,
+                      help="index type (default flat; ivfpq/opq compress for large corpora, see --pq-m)")
     kind.add_argument("--bm25", action="store_true", help="build a BM25 index (same as --kind bm25)")
     b.add_argument("--encoder", default=None,
                    help="sentence-transformers model path or name (default: the packaged all-MiniLM-L6-v2)")
@@ -47,6 +48,11 @@ def build_parser(prog: str = "agentgym retrieval") -> argparse.ArgumentParser:
     b.add_argument("--nlist", type=int, default=None, help="IVF cells")
     b.add_argument("--nprobe", type=int, default=16, help="IVF cells searched per query")
     b.add_argument("--hnsw-m", type=int, default=32)
+    b.add_argument("--pq-m", type=int, default=None,
+                   help="PQ sub-quantizers of ivfpq/opq (bytes per vector; must divide the dimension; default dim/8)")
+    b.add_argument("--pq-nbits", type=int, default=8, help="bits per PQ code (8: 256 centroids per sub-quantizer)")
+    b.add_argument("--factory", default=None,
+                   help='a faiss.index_factory string for --kind factory, e.g. "OPQ64,IVF65536,PQ64"')
     b.add_argument("--cpu", action="store_true", help="keep the FAISS index on CPU even when a GPU is visible")
     b.add_argument("--no-progress", action="store_true", help="no progress bar while encoding")
 
@@ -55,12 +61,24 @@ def build_parser(prog: str = "agentgym retrieval") -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--max-batch", type=int, default=512, help="most queries per search call")
-    s.add_argument("--batch-wait-ms", type=float, default=2.0, help="wait for more requests to batch")
+    s.add_argument("--batch-wait-ms", type=float, default=0.0,
+                   help="wait this long for more requests before a search (default 0: a search takes every request "
+                        "already waiting; under load they pile up while the previous search runs)")
     s.add_argument("--max-topk", type=int, default=100)
-    s.add_argument("--max-queries", type=int, default=512, help="most queries per request")
+    s.add_argument("--max-queries", type=int, default=4096, help="most queries per request")
     s.add_argument("--cpu", action="store_true", help="keep the FAISS index on CPU")
     s.add_argument("--omp-threads", type=int, default=None,
-                   help="faiss OpenMP threads (default: all cores; 1 on cores shared with other busy processes)")
+                   help="threads of the search (FAISS OpenMP, the torch encoder, BLAS); default: a quarter of the "
+                        "usable cores, 1 to 8 (suits cores shared with a trainer); 0: the libraries' defaults "
+                        "(every core)")
+    s.add_argument("--mmap", action="store_true",
+                   help="memory-map the FAISS index file instead of reading it into memory")
+    s.add_argument("--shards", type=int, default=None,
+                   help="split the index into N shards (faiss IndexShards; on GPUs: one shard per GPU)")
+    s.add_argument("--request-timeout", type=float, default=30.0,
+                   help="seconds a client has to send a whole request (408 beyond)")
+    s.add_argument("--idle-timeout", type=float, default=60.0,
+                   help="seconds a connection may stay open with no request in progress")
 
     q = sub.add_parser("search", help="search an index directory or a server URL")
     q.add_argument("--index", required=True, help="index directory or http://host:port")
@@ -79,8 +97,8 @@ def _build(args, out) -> None:
 
     kind = "bm25" if args.bm25 else (args.kind or "flat")
     corpus = load_corpus(args.corpus, ChunkConfig(args.chunk_words, args.chunk_overlap))
-    params = IndexParams(nlist=args.nlist, nprobe=args.nprobe, hnsw_m=args.hnsw_m,
-                         use_gpu=False if args.cpu else None)
+    params = IndexParams(nlist=args.nlist, nprobe=args.nprobe, hnsw_m=args.hnsw_m, pq_m=args.pq_m,
+                         pq_nbits=args.pq_nbits, factory=args.factory, use_gpu=False if args.cpu else None)
     encoder = None
     if kind != "bm25":
         qp, pp = E5_PREFIXES if args.e5 else (args.query_prefix, args.passage_prefix)
@@ -98,12 +116,14 @@ def _serve(args, out) -> None:
     from .index import load_index
     from .server import RetrievalServer, ServerConfig
 
-    index = load_index(args.index, use_gpu=False if args.cpu else None, omp_threads=args.omp_threads)
+    index = load_index(args.index, use_gpu=False if args.cpu else None, omp_threads=args.omp_threads,
+                       mmap=args.mmap, shards=args.shards)
     cfg = ServerConfig(host=args.host, port=args.port, max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
-                       max_topk=args.max_topk, max_queries=args.max_queries)
+                       max_topk=args.max_topk, max_queries=args.max_queries, request_timeout_s=args.request_timeout,
+                       idle_timeout_s=args.idle_timeout)
     server = RetrievalServer(index, cfg)
-    print(f"serving {index.kind} index of {len(index)} passages on {server.url} (POST /retrieve, GET /health)",
-          file=out, flush=True)
+    print(f"serving {index.kind} index of {len(index)} passages on {server.url} (POST /retrieve, GET /health; "
+          f"search threads: {index.search_threads() or 'library default'})", file=out, flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

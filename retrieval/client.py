@@ -6,7 +6,12 @@ One request per call on a fresh connection, with a timeout; every failure raises
 * :class:`~retrieval.errors.ConnectionFailedError` — the server could not be reached;
 * :class:`~retrieval.errors.RequestTimeoutError` — no answer within ``timeout`` seconds;
 * :class:`~retrieval.errors.RequestRejectedError` — a 4xx (the server's message is in the error);
-* :class:`~retrieval.errors.ServerError` — a 5xx or a malformed answer.
+* :class:`~retrieval.errors.ServerError` — a 5xx or a malformed answer;
+* :class:`~retrieval.errors.QueryFailedError` — the server answered, but could not search some queries (its
+  ``errors`` field); ``search(..., strict=False)`` returns empty rows for them instead.
+
+Documents are read back exactly: a hit's ``passage.contents`` is the ``contents`` string the server sent (wiki-18's
+``"Title"`` + newline + text, quotes kept), so rendering it as Search-R1 does gives what Search-R1 would show.
 
 Only the standard library is used.
 """
@@ -19,22 +24,28 @@ import socket
 from typing import Sequence
 from urllib.parse import urlsplit
 
-from .errors import (BadRequestError, ConnectionFailedError, RequestRejectedError, RequestTimeoutError,
-                     ServerError)
-from .types import Hit, Passage
+from .errors import (BadRequestError, ConnectionFailedError, QueryFailedError, RequestRejectedError,
+                     RequestTimeoutError, ServerError)
+from .types import Hit, Passage, split_contents
 
 __all__ = ["RetrievalClient"]
 
 
 def _passage_from_document(doc: dict) -> Passage:
+    """A passage whose ``contents`` is exactly the document's (Search-R1 renders from ``contents``)."""
     if not isinstance(doc, dict):
         raise ServerError(f"a result document is not an object: {doc!r:.100}")
+    contents = doc.get("contents")
+    if isinstance(contents, str):
+        title, text, raw = split_contents(contents)
+        if raw is None:
+            return Passage(id=str(doc.get("id", "")), title=title, text=text)
+        return Passage(id=str(doc.get("id", "")), title=str(doc.get("title") or ""),
+                       text=str(doc.get("text") or contents), raw_contents=contents)
     title, text = doc.get("title"), doc.get("text")
-    if text is None:
-        contents = doc.get("contents", "")
-        head, _, rest = contents.partition("\n")
-        title, text = (head.strip('"'), rest) if rest else ("", contents)
-    return Passage(id=str(doc.get("id", "")), title=title or "", text=text)
+    if not isinstance(text, str):
+        raise ServerError(f"a result document has neither 'contents' nor 'text': {doc!r:.100}")
+    return Passage(id=str(doc.get("id", "")), title=title if isinstance(title, str) else "", text=text)
 
 
 class RetrievalClient:
@@ -85,8 +96,9 @@ class RetrievalClient:
         """``GET /health``."""
         return self._request("GET", "/health")
 
-    def retrieve_raw(self, queries: Sequence[str], topk: int = 3, return_scores: bool = True) -> list:
-        """``POST /retrieve``: the ``result`` list as the server sent it."""
+    def retrieve(self, queries: Sequence[str], topk: int = 3, return_scores: bool = True) -> tuple[list, dict]:
+        """``POST /retrieve``: (the ``result`` rows as the server sent them, {query index: why it could not be
+        searched})."""
         if isinstance(queries, str):
             raise BadRequestError("queries must be a list of strings, not one string")
         payload = self._request("POST", "/retrieve", {"queries": list(queries), "topk": int(topk),
@@ -94,13 +106,24 @@ class RetrievalClient:
         result = payload.get("result")
         if not isinstance(result, list) or len(result) != len(queries):
             raise ServerError(f"POST {self.url}/retrieve: expected a 'result' list of {len(queries)} rows")
-        return result
+        errors = {}
+        for entry in payload.get("errors") or []:
+            if not isinstance(entry, dict) or not isinstance(entry.get("index"), int):
+                raise ServerError(f"POST {self.url}/retrieve: malformed 'errors' entry {entry!r:.100}")
+            errors[entry["index"]] = str(entry.get("error", ""))
+        return result, errors
 
-    def search(self, queries: Sequence[str], topk: int = 3) -> list[list[Hit]]:
-        """The top ``topk`` hits per query, as :class:`~retrieval.types.Hit` (scores included)."""
+    def retrieve_raw(self, queries: Sequence[str], topk: int = 3, return_scores: bool = True) -> list:
+        """``POST /retrieve``: the ``result`` list as the server sent it (per-query errors are not checked)."""
+        return self.retrieve(queries, topk, return_scores)[0]
+
+    def search(self, queries: Sequence[str], topk: int = 3, strict: bool = True) -> list[list[Hit]]:
+        """The top ``topk`` hits per query, as :class:`~retrieval.types.Hit` (scores included). A query the server
+        could not search raises :class:`~retrieval.errors.QueryFailedError` (with every row and error attached), or
+        with ``strict=False`` gets an empty row."""
         if len(queries) == 0:
             return []
-        rows = self.retrieve_raw(queries, topk, return_scores=True)
+        rows, errors = self.retrieve(queries, topk, return_scores=True)
         out = []
         for row in rows:
             if not isinstance(row, list):
@@ -111,4 +134,8 @@ class RetrievalClient:
                     raise ServerError(f"POST {self.url}/retrieve: a scored result lacks 'document'")
                 hits.append(Hit(_passage_from_document(item["document"]), float(item.get("score", 0.0)), rank))
             out.append(hits)
+        if errors and strict:
+            first = min(errors)
+            raise QueryFailedError(f"POST {self.url}/retrieve: the server could not search {len(errors)} of "
+                                   f"{len(queries)} queries (queries[{first}]: {errors[first]})", out, errors)
         return out

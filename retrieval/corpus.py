@@ -1,11 +1,15 @@
 """Corpora: JSONL files of ``{id, title, text}`` records, optional chunking, and a checksum.
 
 * ``id`` is optional: a record without one gets its 0-based line number (as a string). Ids must be unique.
-* ``title`` is optional (empty); ``text`` is required and non-empty. A ``contents`` field in Search-R1's
-  ``"Title"\\ntext`` form is accepted in place of title/text.
+* ``title`` is optional (empty); ``text`` is required and non-empty. A ``contents`` field (wiki-18's and
+  Search-R1's form, ``"Title"`` + newline + text) is accepted in place of title/text; a ``contents`` whose first line
+  is not a quoted title is kept as given (``Passage.raw_contents``) with an empty title and the whole string as text.
+* :func:`write_corpus` (and so every index directory's ``passages.jsonl``) writes wiki-18's ``{id, contents}``
+  records, which Search-R1's own retrieval server can load as its corpus.
 * Chunking (``chunk_words``) splits each text into windows of that many words with ``chunk_overlap`` words shared
   between neighbours; chunk ids are ``<id>#<k>``. Chunks keep their passage's title.
-* The checksum is a SHA-256 over the passages *after* chunking (ids, titles, texts, in order), so an index records
+* The checksum is a SHA-256 over the passages *after* chunking (ids, titles, texts, kept raw ``contents``, in
+  order), so an index records
   exactly what it holds and a changed corpus or chunking is detected.
 """
 
@@ -19,7 +23,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import CorpusError
-from .types import Passage
+from .types import Passage, split_contents
 
 __all__ = ["ChunkConfig", "load_corpus", "chunk_passages", "corpus_checksum", "write_corpus", "Corpus"]
 
@@ -41,19 +45,12 @@ class ChunkConfig:
         return {"chunk_words": self.chunk_words, "chunk_overlap": self.chunk_overlap}
 
 
-def _split_contents(contents: str) -> tuple[str, str]:
-    head, _, rest = contents.partition("\n")
-    if rest and len(head) >= 2 and head.startswith('"') and head.endswith('"'):
-        return head[1:-1], rest
-    return "", contents
-
-
 def _passage_from_record(rec: object, lineno: int, path: str) -> Passage:
     if not isinstance(rec, dict):
         raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-    title, text = rec.get("title", ""), rec.get("text")
+    title, text, raw = rec.get("title", ""), rec.get("text"), None
     if text is None and isinstance(rec.get("contents"), str):
-        title, text = _split_contents(rec["contents"])
+        title, text, raw = split_contents(rec["contents"])
     if not isinstance(text, str) or not text.strip():
         raise CorpusError(f"{path}:{lineno}: 'text' must be a non-empty string")
     if not isinstance(title, str):
@@ -61,7 +58,7 @@ def _passage_from_record(rec: object, lineno: int, path: str) -> Passage:
     pid = rec.get("id", lineno - 1)
     if not isinstance(pid, (str, int)) or isinstance(pid, bool):
         raise CorpusError(f"{path}:{lineno}: 'id' must be a string or an integer")
-    return Passage(id=str(pid), title=title, text=text)
+    return Passage(id=str(pid), title=title, text=text, raw_contents=raw)
 
 
 def chunk_passages(passages: Iterable[Passage], config: ChunkConfig) -> list[Passage]:
@@ -89,6 +86,10 @@ def corpus_checksum(passages: Sequence[Passage]) -> str:
         for field in (p.id, p.title, p.text):
             b = field.encode("utf-8")
             h.update(len(b).to_bytes(8, "little"))
+            h.update(b)
+        if p.raw_contents is not None:  # renders differently from the same title/text in wiki-18's form
+            b = p.raw_contents.encode("utf-8")
+            h.update(b"\xffraw" + len(b).to_bytes(8, "little"))
             h.update(b)
     return "sha256:" + h.hexdigest()
 
@@ -138,7 +139,7 @@ def load_corpus(path: str | os.PathLike, chunking: ChunkConfig | None = None) ->
 
 
 def write_corpus(passages: Iterable[Passage], path: str | os.PathLike) -> None:
-    """Write passages as JSONL ``{id, title, text}``."""
+    """Write passages as JSONL in wiki-18's ``{id, contents}`` form (:meth:`Passage.to_dict`)."""
     with Path(path).open("w", encoding="utf-8") as f:
         for p in passages:
             f.write(json.dumps(p.to_dict(), ensure_ascii=False) + "\n")

@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = [
     "RetrievalError", "MissingDependencyError", "CorpusError", "IndexFormatError", "EncoderMismatchError",
     "EmptyIndexError", "BadRequestError", "ClientError", "ConnectionFailedError", "RequestTimeoutError",
-    "ServerError", "RequestRejectedError",
+    "ServerError", "RequestRejectedError", "QueryFailedError",
 ]
 
 
@@ -69,3 +69,12 @@ class ServerError(ClientError):
 class RequestRejectedError(ClientError, ValueError):
     """The server answered 4xx: the request itself is wrong (the message is the server's)."""
 
+
+
+class QueryFailedError(ClientError):
+    """The server answered 200 but could not search some of the queries (its ``errors`` field): ``errors`` maps
+    the index of each such query to the server's reason, ``rows`` holds every row (empty for those queries)."""
+
+    def __init__(self, message: str, rows: list, errors: dict[int, str]):
+        super().__init__(message, 200)
+        self.rows, self.errors = rows, errors

@@ -1,4 +1,5 @@
-"""Indexes behind one interface: FAISS Flat / IVF / HNSW over dense embeddings, and BM25 (bm25s, pure Python).
+"""Indexes behind one interface: FAISS Flat / IVF / HNSW / IVF-PQ / OPQ (any ``faiss.index_factory`` string) over
+dense embeddings, and BM25 (bm25s, pure Python).
 
 Every index is a :class:`Retriever`: ``search(queries, topk) -> list[list[Hit]]`` (one list per query, best first,
 ``min(topk, len(corpus))`` hits), ``save(dir)``, and ``metadata``. Build with :func:`build_index`, load with
@@ -10,10 +11,22 @@ verifies the checksum of the passages and the vector count, and refuses an encod
 one recorded (:class:`~retrieval.errors.EncoderMismatchError`).
 
 Dense indexes use inner product (cosine with the default normalized encoders) and run on GPUs when
-``faiss.get_num_gpus() > 0`` (Flat and IVF; FAISS has no GPU HNSW, which stays on CPU). Searches are serialized
-with a lock: concurrent BLAS calls from several threads oversubscribe the cores, so batching queries (see
-:mod:`retrieval.server`) is the way to throughput. faiss's ``distance_compute_blas_threshold`` is lowered (to 20
-queries) so batched searches use BLAS.
+``faiss.get_num_gpus() > 0`` (FAISS has no GPU HNSW, which stays on CPU); with several GPUs the index is *sharded*
+across them (each GPU holds 1/n of the vectors, as Search-R1's server does), not replicated. For corpora past one
+machine's memory (Search-R1's wiki-18: 21M passages x 768 = 64.5 GB as Flat): ``ivfpq`` / ``opq`` compress vectors
+to ``pq_m`` bytes (``IVF{nlist},PQ{m}``, ``OPQ{m},IVF{nlist},PQ{m}``), ``factory`` takes any
+``faiss.index_factory`` string, ``load_index(..., mmap=True)`` maps the index file instead of reading it, and
+``shards=n`` splits a Flat or IVF-family index into a ``faiss.IndexShards`` of n parts (on CPU too, where it is
+searched shard after shard). See benchmarks/RESULTS_retrieval.md for memory, build time, QPS and recall.
+
+Threads: ``IndexParams.omp_threads`` bounds FAISS's OpenMP threads, the torch encoder's threads and BLAS pools. OpenMP
+thread counts are per calling thread, so the limit is applied in the thread that searches: the server's search
+thread calls :meth:`Retriever.prepare_search_thread` (default included); in-process, ``search`` applies an explicit
+``omp_threads`` in each new thread that searches, and leaves the process alone by default (torch's and OpenBLAS's
+counts are process-wide: a trainer that searches in-process keeps its own settings unless it asks).
+Searches are serialized with a lock: concurrent BLAS calls from several threads oversubscribe the cores, so batching
+queries (see :mod:`retrieval.server`) is the way to throughput. faiss's ``distance_compute_blas_threshold`` is
+lowered (to 20 queries) so batched searches use BLAS.
 
 faiss, torch and bm25s are imported lazily.
 """
@@ -39,13 +52,16 @@ from .errors import (BadRequestError, EmptyIndexError, EncoderMismatchError, Ind
 from .types import Hit, Passage
 
 __all__ = ["IndexParams", "Retriever", "DenseIndex", "BM25Index", "build_index", "load_index", "INDEX_KINDS",
-           "DENSE_KINDS", "FORMAT_VERSION"]
+           "DENSE_KINDS", "FORMAT_VERSION", "default_search_threads", "limit_threads", "shard_index",
+           "factory_string"]
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-DENSE_KINDS = ("flat", "ivf", "hnsw")
+DENSE_KINDS = ("flat", "ivf", "hnsw", "ivfpq", "opq", "factory")
 INDEX_KINDS = DENSE_KINDS + ("bm25",)
+#: kinds built with an inverted file (trained; ``nprobe`` applies; can be sharded like Flat)
+_IVF_KINDS = ("ivf", "ivfpq", "opq")
 
 
 def _faiss():
@@ -64,12 +80,20 @@ class IndexParams:
         nlist: IVF cells (None: about 4*sqrt(n), at most n/39 so each cell has training points).
         nprobe: IVF cells visited per query.
         hnsw_m / ef_construction / ef_search: HNSW graph degree and beam widths.
+        pq_m: sub-quantizers of ``ivfpq`` / ``opq`` (bytes per vector at 8 bits); must divide the dimension
+            (None: dim/8).
+        pq_nbits: bits per sub-quantizer code (8: 256 centroids each, FAISS's default).
+        factory: the ``faiss.index_factory`` string of kind ``factory`` (inner product), e.g. ``"IVF4096,PQ48"``.
         use_gpu: None: GPU when faiss sees one; False: CPU; True: GPU or an error.
+        shards: split the index into this many ``IndexShards`` parts (Flat and IVF kinds); on several GPUs the
+            index is sharded across all of them whatever this says.
         blas_threshold: faiss's ``distance_compute_blas_threshold`` (batches of at least this many queries use
             BLAS; faiss-cpu's default 128000 keeps every batch off BLAS, while single queries are faster off it);
             None leaves faiss's value. A process-wide faiss setting.
-        omp_threads: faiss's OpenMP threads (a process-wide setting); None leaves faiss's default (all cores).
-            On a machine whose cores are shared with other busy processes, 1 avoids OpenMP spin-wait collapse.
+        omp_threads: threads of a search -- FAISS's OpenMP, the torch encoder, BLAS pools. None (default): a quarter
+            of the usable cores, between 1 and 8 (:func:`default_search_threads`), which suits cores shared with a
+            trainer (OpenMP threads spin-wait and collapse when the cores are taken); 0: leave the libraries'
+            defaults (every core); n: n.
         k1 / b: BM25 parameters (Pyserini's defaults, as Search-R1's BM25 baseline).
         stopwords: BM25 stopword list name (``"en"``) or None.
     """
@@ -79,7 +103,11 @@ class IndexParams:
     hnsw_m: int = 32
     ef_construction: int = 200
     ef_search: int = 128
+    pq_m: int | None = None
+    pq_nbits: int = 8
+    factory: str | None = None
     use_gpu: bool | None = None
+    shards: int = 1
     blas_threshold: int | None = 20
     omp_threads: int | None = None
     k1: float = 0.9
@@ -92,6 +120,44 @@ class IndexParams:
     @classmethod
     def from_dict(cls, d: dict) -> "IndexParams":
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def default_search_threads() -> int:
+    """A quarter of the cores this process may use, at least 1 and at most 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores // 4))
+
+
+def resolve_threads(omp_threads: int | None) -> int | None:
+    """The thread count ``omp_threads`` stands for (None: leave the libraries alone)."""
+    if omp_threads is None:
+        return default_search_threads()
+    if omp_threads < 0:
+        raise ValueError(f"omp_threads must be >= 0, got {omp_threads}")
+    return omp_threads or None
+
+
+def limit_threads(n: int | None) -> None:
+    """Bound FAISS's OpenMP, torch and BLAS threads *in the calling thread* (OpenMP's count is per thread) to n.
+    Only libraries already imported are touched."""
+    if n is None:
+        return
+    import sys
+
+    if "faiss" in sys.modules:
+        sys.modules["faiss"].omp_set_num_threads(n)
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(n)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(limits=n)
 
 
 def _check_request(queries: Sequence[str], topk: int) -> None:
@@ -112,6 +178,7 @@ class Retriever(ABC):
         self.corpus = corpus
         self.params = params
         self._lock = threading.Lock()
+        self._threads_set = threading.local()
 
     def __len__(self) -> int:
         return len(self.corpus)
@@ -124,11 +191,22 @@ class Retriever(ABC):
     def _search(self, queries: list[str], k: int) -> tuple[list[list[int]], list[list[float]]]:
         """Row indices and scores, best first, for k <= len(corpus)."""
 
+    def search_threads(self) -> int | None:
+        """The thread limit of this index's searches (None: the libraries' defaults)."""
+        return resolve_threads(self.params.omp_threads)
+
+    def prepare_search_thread(self) -> None:
+        """Apply the thread limit in the calling thread (see the module docstring)."""
+        limit_threads(self.search_threads())
+        self._threads_set.done = True
+
     def search(self, queries: Sequence[str], topk: int = 3) -> list[list[Hit]]:
         """The ``topk`` best passages for each query (thread-safe; searches are serialized)."""
         _check_request(queries, topk)
         if not queries:
             return []
+        if self.params.omp_threads and not getattr(self._threads_set, "done", False):
+            self.prepare_search_thread()  # an explicit limit holds in any thread that searches
         k = min(int(topk), len(self.corpus))
         with self._lock:
             rows, scores = self._search(list(queries), k)
@@ -179,17 +257,19 @@ class DenseIndex(Retriever):
         faiss = _faiss()
         if self.params.blas_threshold is not None:
             faiss.cvar.distance_compute_blas_threshold = int(self.params.blas_threshold)
-        if self.params.omp_threads is not None:
-            faiss.omp_set_num_threads(int(self.params.omp_threads))
-        if self.kind == "ivf":
-            idx = self.index
-            if self.on_gpu:
-                # Works for a single GpuIndexIVF and for the replicas index_cpu_to_all_gpus makes on several GPUs.
-                faiss.GpuParameterSpace().set_index_parameter(idx, "nprobe", self.params.nprobe)
-            else:
-                faiss.extract_index_ivf(idx).nprobe = self.params.nprobe
-        elif self.kind == "hnsw":
+        if self.kind == "hnsw":
             self.index.hnsw.efSearch = self.params.ef_search
+        elif self.on_gpu:
+            # nprobe of a single GPU index and of every shard index_cpu_to_all_gpus made; a no-op without an IVF
+            try:
+                faiss.GpuParameterSpace().set_index_parameter(self.index, "nprobe", self.params.nprobe)
+            except RuntimeError:
+                pass
+        else:
+            for part in _parts(self.index):
+                ivf = _try_extract_ivf(part)
+                if ivf is not None:
+                    ivf.nprobe = self.params.nprobe
 
     def _meta(self) -> dict:
         # encoder_config reloads the encoder; it holds no device (the machine's choice, not the index's)
@@ -214,6 +294,8 @@ class DenseIndex(Retriever):
     def _save_engine(self, d: Path) -> None:
         faiss = _faiss()
         idx = faiss.index_gpu_to_cpu(self.index) if self.on_gpu else self.index
+        if isinstance(idx, faiss.IndexShards):
+            idx = _merge_shards(idx)
         tmp = d / "index.faiss.tmp"
         faiss.write_index(idx, str(tmp))
         os.replace(tmp, d / "index.faiss")
@@ -232,8 +314,108 @@ def _want_gpu(use_gpu: bool | None, kind: str) -> bool:
 
 
 def _to_gpu(index):
+    """All GPUs; with several, each holds a shard of the vectors (a replica each would cap the index at one GPU's
+    memory)."""
     faiss = _faiss()
-    return faiss.index_cpu_to_all_gpus(index)
+    co = faiss.GpuMultipleClonerOptions()
+    co.shard = True
+    return faiss.index_cpu_to_all_gpus(index, co=co)
+
+
+def _try_extract_ivf(index):
+    try:
+        return _faiss().extract_index_ivf(index)
+    except RuntimeError:
+        return None
+
+
+def _parts(index) -> list:
+    """The sub-indexes of an IndexShards (downcast), or [index]."""
+    faiss = _faiss()
+    if isinstance(index, faiss.IndexShards):
+        return [faiss.downcast_index(index.at(i)) for i in range(index.count())]
+    return [index]
+
+
+def shard_index(index, n: int):
+    """``index`` split into a ``faiss.IndexShards`` of ``n`` parts holding consecutive vector ranges; search results
+    equal the unsharded index's. Flat indexes are split by reconstructing their vectors; IVF-family indexes
+    (``IVF``, ``IVF-PQ``, with or without OPQ) by copying inverted-list entries by id range, keeping the trained
+    quantizers. The shards are searched one after another on CPU (not in parallel threads: those would escape the
+    thread limit)."""
+    faiss = _faiss()
+    if n <= 1:
+        return index
+    total = int(index.ntotal)
+    if n > total:
+        raise ValueError(f"cannot split {total} vectors into {n} shards")
+    bounds = [total * i // n for i in range(n + 1)]
+    parts = []  # the Python objects own the sub-indexes; the IndexShards only points at them
+    flat = faiss.downcast_index(index)
+    if isinstance(flat, faiss.IndexFlat):
+        shards = faiss.IndexShards(index.d, False, True)  # threaded=False, successive_ids=True
+        for a, b in zip(bounds, bounds[1:]):
+            part = faiss.IndexFlat(index.d, index.metric_type)
+            part.add(index.reconstruct_n(a, b - a))
+            shards.add_shard(part)
+            parts.append(part)
+    else:
+        ivf = _try_extract_ivf(index)
+        if ivf is None:
+            raise ValueError(f"sharding supports Flat and IVF-family indexes, not {type(flat).__name__}")
+        shards = faiss.IndexShards(index.d, False, False)  # ids are kept by the inverted lists
+        for a, b in zip(bounds, bounds[1:]):
+            part = faiss.clone_index(index)
+            part_ivf = faiss.extract_index_ivf(part)
+            part_ivf.reset()
+            ivf.copy_subset_to(part_ivf, faiss.InvertedLists.SUBSET_TYPE_ID_RANGE, a, b)
+            part.ntotal = part_ivf.ntotal
+            shards.add_shard(part)
+            parts.append(part)
+    shards.referenced_objects = parts  # faiss's own idiom for keeping sub-indexes alive
+    if int(shards.ntotal) != total:
+        raise IndexFormatError(f"sharding kept {shards.ntotal} of {total} vectors")
+    return shards
+
+
+def _merge_shards(shards):
+    """One index equal to the shards (to save a sharded index as a single file)."""
+    faiss = _faiss()
+    parts = _parts(shards)
+    first = parts[0]
+    if isinstance(first, faiss.IndexFlat):
+        merged = faiss.IndexFlat(first.d, first.metric_type)
+        for p in parts:
+            merged.add(p.reconstruct_n(0, p.ntotal))
+        return merged
+    merged = faiss.clone_index(first)
+    ivf = faiss.extract_index_ivf(merged)
+    for p in parts[1:]:
+        other = faiss.clone_index(p)  # merge_from empties its argument: merge a copy (kept alive while merging)
+        ivf.merge_from(faiss.extract_index_ivf(other), 0)
+    merged.ntotal = ivf.ntotal
+    return merged
+
+
+def factory_string(kind: str, dim: int, n: int, params: IndexParams) -> str | None:
+    """The ``faiss.index_factory`` string of a trained kind (None for flat and hnsw, built directly)."""
+    nlist = params.nlist or max(1, int(4 * math.sqrt(n)))
+    nlist = max(1, min(nlist, n // 39 or 1))
+    m = params.pq_m or dim // 8
+    if kind in ("ivfpq", "opq") and (m < 1 or dim % m):
+        raise ValueError(f"pq_m={m} must divide the dimension {dim}")
+    if kind == "ivf":
+        return f"IVF{nlist},Flat"
+    pq = f"PQ{m}" if params.pq_nbits == 8 else f"PQ{m}x{params.pq_nbits}"
+    if kind == "ivfpq":
+        return f"IVF{nlist},{pq}"
+    if kind == "opq":
+        return f"OPQ{m},IVF{nlist},{pq}"
+    if kind == "factory":
+        if not params.factory:
+            raise ValueError("kind 'factory' needs IndexParams.factory (a faiss.index_factory string)")
+        return params.factory
+    return None
 
 
 def _new_faiss_index(kind: str, dim: int, n: int, params: IndexParams, vectors):
@@ -244,13 +426,15 @@ def _new_faiss_index(kind: str, dim: int, n: int, params: IndexParams, vectors):
         idx = faiss.IndexHNSWFlat(dim, params.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         idx.hnsw.efConstruction = params.ef_construction
         return idx
-    nlist = params.nlist or max(1, int(4 * math.sqrt(n)))
-    nlist = max(1, min(nlist, n // 39 or 1))
-    quantizer = faiss.IndexFlatIP(dim)
-    idx = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
-    idx.train(vectors)
+    idx = faiss.index_factory(dim, factory_string(kind, dim, n, params), faiss.METRIC_INNER_PRODUCT)
+    ivf = _try_extract_ivf(idx)
+    if ivf is not None and hasattr(faiss.downcast_index(ivf), "do_polysemous_training"):
+        # polysemous codes (Hamming pre-filtering) are never used here, and training them is most of a PQ build
+        faiss.downcast_index(ivf).do_polysemous_training = False
     if not idx.is_trained:
-        raise EmptyIndexError("the IVF index did not train")
+        idx.train(vectors)
+    if not idx.is_trained:
+        raise EmptyIndexError(f"the {kind} index did not train")
     return idx
 
 
@@ -286,6 +470,8 @@ def dense_from_vectors(corpus: Corpus, kind: str, encoder: Encoder, vectors, par
     if on_gpu:
         index = _to_gpu(index)
     index.add(vectors)
+    if not on_gpu and params.shards > 1:
+        index = shard_index(index, params.shards)
     return DenseIndex(kind, corpus, encoder, index, params, on_gpu)
 
 
@@ -403,14 +589,16 @@ def read_metadata(directory: str | os.PathLike) -> dict:
 
 
 def load_index(directory: str | os.PathLike, encoder: Encoder | EncoderConfig | str | None = None,
-               use_gpu: bool | None = None, omp_threads: int | None = None) -> Retriever:
+               use_gpu: bool | None = None, omp_threads: int | None = None, mmap: bool = False,
+               shards: int | None = None) -> Retriever:
     """Load an index saved by :meth:`Retriever.save`.
 
     For dense indexes, ``encoder=None`` loads the encoder recorded in the metadata; a given encoder must have the
     same identity (model name, prefixes, normalization, max length) and dimension, else
     :class:`~retrieval.errors.EncoderMismatchError`. Raises :class:`~retrieval.errors.IndexFormatError` when the
-    passages do not match the recorded checksum or count. ``use_gpu`` / ``omp_threads`` override the saved
-    parameters.
+    passages do not match the recorded checksum or count. ``use_gpu`` / ``omp_threads`` / ``shards`` override the
+    saved parameters. ``mmap=True`` memory-maps ``index.faiss`` (read-only; pages load on demand, so an index larger
+    than RAM can be served from a fast disk, and several processes share one copy in the page cache).
     """
     d = Path(directory)
     meta = read_metadata(d)
@@ -421,8 +609,9 @@ def load_index(directory: str | os.PathLike, encoder: Encoder | EncoderConfig | 
         raise IndexFormatError(f"{d}: passages.jsonl ({len(corpus)} passages, {corpus.checksum}) does not match "
                                f"meta.json ({meta.get('n_passages')} passages, {meta.get('corpus_checksum')})")
     params = IndexParams.from_dict(meta.get("params", {}))
-    if use_gpu is not None or omp_threads is not None:
-        over = {k: v for k, v in (("use_gpu", use_gpu), ("omp_threads", omp_threads)) if v is not None}
+    if use_gpu is not None or omp_threads is not None or shards is not None:
+        over = {k: v for k, v in (("use_gpu", use_gpu), ("omp_threads", omp_threads), ("shards", shards))
+                if v is not None}
         params = IndexParams.from_dict(dict(params.to_dict(), **over))
     if meta["kind"] == "bm25":
         if encoder is not None:
@@ -442,10 +631,13 @@ def load_index(directory: str | os.PathLike, encoder: Encoder | EncoderConfig | 
     path = d / "index.faiss"
     if not path.is_file():
         raise IndexFormatError(f"{d}: index.faiss is missing")
-    index = faiss.read_index(str(path))
+    flags = (getattr(faiss, "IO_FLAG_MMAP_IFC", faiss.IO_FLAG_MMAP) | faiss.IO_FLAG_READ_ONLY) if mmap else 0
+    index = faiss.read_index(str(path), flags)
     on_gpu = _want_gpu(params.use_gpu, meta["kind"])
     if on_gpu:
         index = _to_gpu(index)
+    elif params.shards > 1:
+        index = shard_index(index, params.shards)
     if int(index.d) != meta.get("dim"):
         raise IndexFormatError(f"{path}: dim {index.d} but meta.json says {meta.get('dim')}")
     return DenseIndex(meta["kind"], corpus, enc, index, params, on_gpu)

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from retrieval.corpus import ChunkConfig, Corpus, corpus_checksum, load_corpus
+from retrieval.corpus import ChunkConfig, Corpus, corpus_checksum, load_corpus, write_corpus
 from retrieval.errors import CorpusError
-from retrieval.types import Passage
+from retrieval.types import Passage, passages_to_string
 
 
 def _write(tmp_path, lines):
@@ -77,5 +77,34 @@ def test_import_is_light_and_independent_of_agentgym():
     code = ("import sys, retrieval; from retrieval import build_index, load_index, RetrievalClient, "
             "RetrievalServer, Hit, EncoderMismatchError; import retrieval.cli; "
             "heavy = [m for m in ('numpy', 'faiss', 'torch', 'sentence_transformers', 'transformers', 'bm25s', "
-            "'agentgym') if m in sys.modules]; assert not heavy, heavy")
+            "'agentgym', 'uvicorn', 'starlette', 'h11') if m in sys.modules]; assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_written_corpora_follow_wiki18_contents(tmp_path):
+    """write_corpus (every index directory's passages.jsonl) writes wiki-18's {id, contents} with the quoted title
+    on the first line; a contents string that is not in that form is kept as given; both read back exactly."""
+    src = _write(tmp_path, [json.dumps({"id": "a", "title": "Aaron", "text": "Aaron is a prophet.\nSecond line"}),
+                            json.dumps({"id": "b", "contents": "Unquoted head\nbody"}),
+                            json.dumps({"id": "c", "title": "Two\nlines", "text": "t"})])
+    c = load_corpus(src)
+    out = tmp_path / "out.jsonl"
+    write_corpus(c.passages, out)
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert records[:2] == [{"id": "a", "contents": '"Aaron"\nAaron is a prophet.\nSecond line'},
+                           {"id": "b", "contents": "Unquoted head\nbody"}]
+    assert records[2] == {"id": "c", "title": "Two\nlines", "text": "t"}  # the convention cannot hold this title
+    again = load_corpus(out)
+    assert again.passages == c.passages and again.checksum == c.checksum
+    assert [p.contents for p in again.passages][:2] == [records[0]["contents"], records[1]["contents"]]
+    assert corpus_checksum([Passage("b", "", "x")]) != corpus_checksum([Passage("b", "", "x", raw_contents="x")])
+
+
+def test_passages_to_string_is_search_r1s_rendering():
+    """Search-R1 a14dc3a, generation.py _passages2string + strip: the title is the first line of contents, quotes
+    included; the other lines are the text; one 'Doc i(Title: ...) ...' line per passage."""
+    contents = ['"Aaron"\nAaron is a prophet.', 'Unquoted head\nbody\nmore', '"T"\n']
+    assert passages_to_string(contents) == ('Doc 1(Title: "Aaron") Aaron is a prophet.\n'
+                                            'Doc 2(Title: Unquoted head) body\nmore\n'
+                                            'Doc 3(Title: "T")')
+    assert passages_to_string([]) == ""

@@ -115,12 +115,19 @@ def test_load_without_encoder_uses_the_recorded_one(flat, tmp_path):
     flat.save(tmp_path / "i")
     loaded = load_index(tmp_path / "i")
     assert loaded.encoder.config.identity() == flat.encoder.config.identity()
-    before = faiss.omp_get_max_threads()
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before, torch_before = faiss.omp_get_max_threads(), torch.get_num_threads()
     try:
-        one = load_index(tmp_path / "i", encoder=flat.encoder, omp_threads=1)
-        assert one.params.omp_threads == 1 and faiss.omp_get_max_threads() == 1
+        with threadpool_limits(limits=None):  # restores the BLAS pools
+            one = load_index(tmp_path / "i", encoder=flat.encoder, omp_threads=1)
+            assert one.params.omp_threads == 1 and one.search_threads() == 1
+            one.search(["a query"], 2)  # an explicit limit applies in the thread that searches
+            assert faiss.omp_get_max_threads() == 1 and torch.get_num_threads() == 1
     finally:
         faiss.omp_set_num_threads(before)
+        torch.set_num_threads(torch_before)
 
 
 def test_mismatched_encoder_is_an_error(flat, encoder, tmp_path):

@@ -1,5 +1,7 @@
-"""The batched HTTP server and its client: correctness under concurrent load from several client processes,
-Search-R1 response shapes, 4xx for bad requests, typed client errors, no retries. Only 127.0.0.1."""
+"""The batched HTTP server (Starlette on uvicorn) and its client: correctness under concurrent load from several
+client processes, Search-R1 response shapes, JSON 4xx for bad requests, per-query failures isolated, 503 with
+Retry-After, graceful shutdown, typed client errors, no retries. Only 127.0.0.1. (Malformed HTTP and hostile
+clients: test_retrieval_hardening.py; the trainers' own request code: test_retrieval_compat*.py.)"""
 
 from __future__ import annotations
 
@@ -14,23 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from retrieval_testkit import need, small_corpus_records
+from retrieval_testkit import http_request, need, post_json, small_bm25
 
-need("bm25s")
+need("bm25s", "uvicorn", "starlette")
 
 from retrieval.client import RetrievalClient  # noqa: E402
-from retrieval.corpus import Corpus  # noqa: E402
-from retrieval.errors import (ConnectionFailedError, RequestRejectedError, RequestTimeoutError,  # noqa: E402
-                              ServerError)
-from retrieval.index import build_index  # noqa: E402
+from retrieval.errors import (ConnectionFailedError, QueryFailedError, RequestRejectedError,  # noqa: E402
+                              RequestTimeoutError, ServerError)
 from retrieval.server import RetrievalServer, ServerConfig  # noqa: E402
-from retrieval.types import Passage  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def bm25():
-    corpus = Corpus.from_passages([Passage(**r) for r in small_corpus_records(300)], "test")
-    return build_index(corpus, "bm25")
+    return small_bm25(300)
 
 
 @pytest.fixture(scope="module")
@@ -70,49 +68,76 @@ def test_health_and_search_r1_shapes(server, bm25):
     assert [[d["id"] for d in r] for r in body["result"]] == [[h.id for h in r] for r in expected]
 
 
-@pytest.mark.parametrize("body, fragment", [
-    (b"{not json", "not valid JSON"),
-    (b"[1, 2]", "JSON object"),
-    (b'{"topk": 3}', "'queries' must be a list"),
-    (b'{"queries": "a string"}', "'queries' must be a list"),
-    (b'{"queries": []}', "'queries' is empty"),
-    (b'{"queries": ["ok", ""]}', "queries[1] is empty"),
-    (b'{"queries": ["   "]}', "queries[0] is empty"),
-    (b'{"queries": [3]}', "not a string"),
-    (json.dumps({"queries": ["x" * 201]}).encode(), "too long"),
-    (json.dumps({"queries": ["q"] * 17}).encode(), "too many queries"),
-    (b'{"queries": ["q"], "topk": 0}', "'topk' must be in [1, 20]"),
-    (b'{"queries": ["q"], "topk": 21}', "'topk' must be in [1, 20]"),
-    (b'{"queries": ["q"], "topk": "3"}', "'topk' must be an integer"),
-    (b'{"queries": ["q"], "topk": true}', "'topk' must be an integer"),
-    (b'{"queries": ["q"], "return_scores": "yes"}', "'return_scores'"),
-    (b"\xff\xfe", "not valid JSON"),
+@pytest.mark.parametrize("body, status, fragment", [
+    (b"{not json", 400, "not valid JSON"),
+    (b"", 400, "not valid JSON"),
+    (b"\xff\xfe", 400, "not valid UTF-8"),
+    (b'{"queries": ["q"], "topk": NaN}', 400, "NaN is not JSON"),
+    (b"[1, 2]", 422, "JSON object"),
+    (b'{"topk": 3}', 422, "needs 'queries'"),
+    (b'{"queries": "a string"}', 422, "'queries' must be a list"),
+    (b'{"queries": ["a"], "query": "b"}', 422, "not both"),
+    (b'{"query": ["a"]}', 422, "'query' must be a string"),
+    (b'{"queries": [3]}', 422, "queries[0] is not a string"),
+    (json.dumps({"queries": ["q"] * 17}).encode(), 422, "too many queries"),
+    (b'{"queries": ["q"], "topk": 0}', 422, "'topk' must be in [1, 20]"),
+    (b'{"queries": ["q"], "topk": 21}', 422, "'topk' must be in [1, 20]"),
+    (b'{"queries": ["q"], "topk": "3"}', 422, "'topk' must be an integer"),
+    (b'{"queries": ["q"], "topk": true}', 422, "'topk' must be an integer"),
+    (b'{"queries": ["q"], "topk": 3.5}', 422, "'topk' must be an integer"),
+    (b'{"queries": ["q"], "return_scores": "yes"}', 422, "'return_scores'"),
 ])
-def test_bad_requests_get_400(server, body, fragment):
-    status, payload = _post(server, body)
-    assert status == 400 and fragment in payload["error"]
+def test_bad_requests_get_json_4xx(server, body, status, fragment):
+    r = http_request(server.port, "POST", "/retrieve", body, {"Content-Type": "application/json"})
+    assert r.status == status and r.is_json_error() and fragment in r.json()["error"], (r.status, r.body)
+
+
+def test_search_r1_protocol_edges(server, bm25):
+    """Empty 'queries' is 200 {"result": []}; an empty or blank query is an ordinary search; the singular 'query'
+    form answers one row; a query that cannot be searched (a lone surrogate, an over-long query) gets an empty row
+    and an 'errors' entry, and the other queries of the request are answered as usual."""
+    r = post_json(server.port, {"queries": [], "topk": 3, "return_scores": True})
+    assert r.status == 200 and r.json() == {"result": []}
+    q = _queries(bm25, 2)
+    r = post_json(server.port, {"queries": ["", "   ", q[0]], "topk": 2})
+    rows = r.json()["result"]
+    assert r.status == 200 and "errors" not in r.json()
+    assert rows[0] == [] and rows[1] == [] and [d["id"] for d in rows[2]] == [h.id for h in bm25.search([q[0]], 2)[0]]
+    r = post_json(server.port, {"query": q[1], "topk": 2, "return_scores": True})
+    assert r.status == 200 and len(r.json()["result"]) == 1
+    assert [x["document"]["id"] for x in r.json()["result"][0]] == [h.id for h in bm25.search([q[1]], 2)[0]]
+    # json.dumps writes the lone surrogate as the escape \\ud800, as a client's JSON encoder does
+    r = post_json(server.port, {"queries": [q[0], "\ud800 broken", "x" * 201, q[1]], "topk": 2})
+    payload = r.json()
+    assert r.status == 200 and [len(row) for row in payload["result"]] == [2, 0, 0, 2]
+    assert [e["index"] for e in payload["errors"]] == [1, 2]
+    assert "surrogate" in payload["errors"][0]["error"] and "too long" in payload["errors"][1]["error"]
+    assert [d["id"] for d in payload["result"][3]] == [h.id for h in bm25.search([q[1]], 2)[0]]
 
 
 def test_other_4xx(server):
-    status, payload = _post(server, b"x" * (64 * 1024 + 1))
-    assert status == 413 and "limit" in payload["error"]
-    assert _post(server, b"{}", path="/search")[0] == 404
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    conn.request("GET", "/retrieve")
-    assert conn.getresponse().status == 405
-    conn.close()
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:  # no Content-Length
-        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert s.recv(64).split()[1] == b"411"
+    r = post_json(server.port, {"queries": ["x" * (64 * 1024)]})
+    assert r.status == 413 and r.is_json_error() and "limit" in r.json()["error"]
+    r = post_json(server.port, {}, path="/search")
+    assert r.status == 404 and r.is_json_error()
+    r = http_request(server.port, "GET", "/retrieve")
+    assert r.status == 405 and r.is_json_error() and r.headers["allow"] == "POST"
+    r = http_request(server.port, "POST", "/retrieve", b'{"queries": ["a"]}', {"Content-Type": "text/plain"})
+    assert r.status == 415 and r.is_json_error() and "application/json" in r.json()["error"]
+    r = http_request(server.port, "POST", "/retrieve", b'{"queries": ["a"]}', {"Content-Length": None})
+    assert r.status == 400 and r.is_json_error()  # without a length there is no body (h11): not JSON
 
 
 def test_client_raises_typed_errors(server):
     c = RetrievalClient(server.url)
     with pytest.raises(RequestRejectedError) as e:
-        c.search(["fine", ""], 2)
-    assert e.value.status == 400 and "queries[1] is empty" in str(e.value)
-    with pytest.raises(RequestRejectedError, match="topk"):
         c.search(["fine"], 1000)
+    assert e.value.status == 422 and "topk" in str(e.value)
+    with pytest.raises(QueryFailedError) as e:
+        c.search(["fine", "bad \ud800"], 2)
+    assert set(e.value.errors) == {1} and e.value.rows[1] == [] and "surrogate" in e.value.errors[1]
+    rows = c.search(["fine", "bad \ud800"], 2, strict=False)
+    assert rows[1] == [] and [h.id for h in rows[0]] == [h.id for h in e.value.rows[0]]
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         free = s.getsockname()[1]
@@ -225,3 +250,148 @@ def test_wiki_search_eval_splits_do_not_need_bm25s(server):
     obs, _r, _term, _trunc, info = env.step(env.oracle_action())
     assert "<information>" in obs and info["n_searches"] == 1
     env.close()
+
+
+class _Fussy:
+    """A retriever that fails on any query containing BOOM (and, with broken=True, on everything)."""
+
+    def __init__(self, inner, broken=False):
+        self.inner, self.broken = inner, broken
+        self.calls: list[list[str]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def search(self, queries, topk=3):
+        self.calls.append(list(queries))
+        self.gate.wait(30)
+        if self.broken or any("BOOM" in q for q in queries):
+            raise ValueError("cannot search that")
+        return self.inner.search(queries, topk)
+
+
+def test_a_query_the_index_fails_on_fails_alone(bm25, wait_until):
+    """A query that makes the index raise, batched with other clients' queries, gets an empty row and an 'errors'
+    entry; every other query of that batch (its own request's and other requests') is answered normally."""
+    fussy = _Fussy(bm25)
+    fussy.gate.clear()
+    q = _queries(bm25, 6)
+    with RetrievalServer(fussy, ServerConfig(port=0)) as srv:
+        out: dict[int, object] = {}
+        bodies = {0: {"queries": [q[0], "BOOM here", q[1]], "topk": 2}, 1: {"queries": q[2:5], "topk": 3},
+                  2: {"query": q[5]}, 3: {"queries": ["blocker"]}}
+        threads = {i: threading.Thread(target=lambda i=i: out.__setitem__(i, post_json(srv.port, bodies[i])))
+                   for i in bodies}
+        threads[3].start()
+        wait_until(lambda: fussy.calls, "the blocker's search to start")
+        for i in (0, 1, 2):
+            threads[i].start()
+        wait_until(lambda: srv.batcher.queue.qsize() == 3, "three requests waiting behind it")
+        fussy.gate.set()
+        for t in threads.values():
+            t.join(30)
+    assert sorted(fussy.calls[1]) == sorted([q[0], "BOOM here", q[1], *q[2:5], q[5]])  # one batch of the three
+    r0, r1, r2 = (out[i] for i in range(3))
+    assert r0.status == r1.status == r2.status == 200
+    assert r0.json()["errors"] == [{"index": 1, "error": "the index failed on this query: ValueError: cannot "
+                                                       "search that"}]
+    assert [len(row) for row in r0.json()["result"]] == [2, 0, 2] and "errors" not in r1.json()
+    assert [[d["id"] for d in row] for row in r1.json()["result"]] == [[h.id for h in r] for r in bm25.search(q[2:5], 3)]
+    assert [d["id"] for d in r2.json()["result"][0]] == [h.id for h in bm25.search([q[5]], 3)[0]]
+    with RetrievalServer(_Fussy(bm25, broken=True), ServerConfig(port=0)) as srv:  # the index itself is broken
+        r = post_json(srv.port, {"queries": ["anything"]})
+        assert r.status == 500 and r.is_json_error() and "cannot search that" in r.json()["error"]
+
+
+def test_full_queue_is_a_503_with_retry_after(bm25, wait_until):
+    gated = _Scripted(bm25)
+    gated.gate.clear()
+    with RetrievalServer(gated, ServerConfig(port=0, max_pending=1, batch_wait_ms=0)) as srv:
+        first = threading.Thread(target=lambda: post_json(srv.port, {"queries": ["a"]}))
+        first.start()
+        wait_until(lambda: gated.calls, "the first search to start")  # taken off the queue, blocked in search
+        second = threading.Thread(target=lambda: post_json(srv.port, {"queries": ["b"]}))
+        second.start()
+        wait_until(lambda: srv.batcher.queue.qsize() == 1, "the second request to wait in the queue")
+        r = post_json(srv.port, {"queries": ["c"]})
+        assert r.status == 503 and r.is_json_error() and r.headers["retry-after"] == "1"
+        gated.gate.set()
+        first.join(30)
+        second.join(30)
+
+
+def test_graceful_shutdown_finishes_the_batch_in_flight(bm25, wait_until):
+    """stop() while a search runs: the request in flight gets its 200 answer, then the port is closed."""
+    gated = _Scripted(bm25)
+    gated.gate.clear()
+    q = _queries(bm25, 1)
+    srv = RetrievalServer(gated, ServerConfig(port=0)).start()
+    out = {}
+    t = threading.Thread(target=lambda: out.__setitem__("r", post_json(srv.port, {"queries": q, "topk": 2})))
+    t.start()
+    wait_until(lambda: gated.calls, "the search to start")
+    stopper = threading.Thread(target=srv.stop)
+    stopper.start()
+    time.sleep(0.3)  # the shutdown has begun and waits for the request in flight
+    assert stopper.is_alive()
+    gated.gate.set()
+    stopper.join(30)
+    t.join(30)
+    assert out["r"].status == 200 and [d["id"] for d in out["r"].json()["result"][0]] == \
+        [h.id for h in bm25.search(q, 2)[0]]
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", srv.port), timeout=2).close()
+
+
+def test_keep_alive_connections_have_tcp_nodelay(server, bm25):
+    """Every accepted connection has TCP_NODELAY (no Nagle wait on kept-alive connections), and a kept-alive
+    connection serves several requests."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        for q in _queries(bm25, 3):
+            conn.request("POST", "/retrieve", body=json.dumps({"queries": [q]}),
+                         headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            assert resp.status == 200 and len(json.loads(resp.read())["result"]) == 1
+        protocols = list(server._uvicorn.server_state.connections)
+        assert protocols
+        for p in protocols:
+            sock = p.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        conn.close()
+
+
+def test_python_m_retrieval_serve_and_sigint(bm25, tmp_path):
+    """`python -m retrieval serve` with the CLI's flags answers on 127.0.0.1 and stops gracefully on SIGINT."""
+    import signal
+    import subprocess
+
+    bm25.save(tmp_path / "idx")
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "retrieval", "serve", "--index", str(tmp_path / "idx"),
+                                 "--port", "0", "--max-batch", "64", "--batch-wait-ms", "1", "--max-topk", "5",
+                                 "--max-queries", "8", "--omp-threads", "1", "--request-timeout", "5",
+                                 "--idle-timeout", "5"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None and time.monotonic() < deadline and proc.poll() is None:
+            for line in log.read_text().splitlines():
+                if " on http://" in line:
+                    url = line.split(" on ", 1)[1].split()[0]
+            time.sleep(0.1)
+        assert url, log.read_text()
+        port = int(url.rsplit(":", 1)[1])
+        q = _queries(bm25, 2)
+        r = post_json(port, {"queries": q, "topk": 5})
+        assert r.status == 200 and [[d["id"] for d in row] for row in r.json()["result"]] == \
+            [[h.id for h in row] for row in bm25.search(q, 5)]
+        assert post_json(port, {"queries": q, "topk": 6}).status == 422  # --max-topk 5
+        assert post_json(port, {"queries": ["a"] * 9}).status == 422  # --max-queries 8
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

@@ -75,7 +75,8 @@ def test_search_then_answer_protocol():
     assert info["golden_answers"] == ["Dodoma"] and info["em"] is None and info["n_searches"] == 0
     assert "Dodoma" not in obs and "Dodoma" not in env.prompt()
     obs, r, term, trunc, info = env.step("<think>find the mountain</think><search>Mount Kilimanjaro in Africa</search>")
-    assert obs.startswith("<information>Doc 1(Title: Mount Kilimanjaro) Mount Kilimanjaro is a dormant volcano")
+    # Search-R1's rendering: the title is the first line of wiki-18's contents, quotes included
+    assert obs.startswith('<information>Doc 1(Title: "Mount Kilimanjaro") Mount Kilimanjaro is a dormant volcano')
     assert obs.endswith("</information>") and obs.count("\nDoc ") == 2
     assert (r, term, trunc) == (0.0, False, False) and info["action_tag"] == "search" and info["process_ok"]
     obs, r, term, trunc, info = env.step("<search>capital of Tanzania</search>")
@@ -105,7 +106,9 @@ def test_first_tag_wins_and_invalid_actions():
     obs, r, term, _, info = env.step("<search>" + "word " * 300 + "</search>")
     assert not info["action_valid"] and "too long" in info["invalid_reason"]
     obs, r, term, _, info = env.step("<search>qqqzzzxxy</search>")
-    assert obs == "<information>No results found.</information>" and info["process_ok"] is False
+    assert obs == "<information></information>" and info["process_ok"] is False  # Search-R1's empty result
+    obs, r, term, _, info = env.step("<search>broken \ud800 decode</search>")
+    assert not info["action_valid"] and "not valid Unicode" in info["invalid_reason"] and not term
 
 
 def test_truncation_without_answer_scores_zero():
@@ -200,7 +203,7 @@ def test_custom_retriever_object():
 
     env = WikiSearchEnv(retriever=Fixed())
     env.reset(options={"task_id": "demo-01"})
-    assert env.step("<search>hello</search>")[0] == "<information>Doc 1(Title: Only) echo hello</information>"
+    assert env.step("<search>hello</search>")[0] == '<information>Doc 1(Title: "Only") echo hello</information>'
 
 
 def test_check_env_passes():
@@ -227,7 +230,7 @@ def test_hotpotqa_500_split(hotpot_env):
         obs, info = env.reset(options={"task_id": tid})
         assert obs == f"Question: {env.task.question}" and info["golden_answers"] == list(env.task.golden_answers)
         obs, *_ = env.step(env.oracle_action())
-        assert obs.startswith("<information>Doc 1(Title: ")
+        assert obs.startswith('<information>Doc 1(Title: "')
         _, r, term, _, info = env.step(env.oracle_action())
         wins += r
     assert wins == 25
@@ -246,3 +249,26 @@ def test_eval_splits_need_an_index():
         assert len(env.task_ids()) == 125
         obs, info = env.reset(seed=0)
         assert obs.startswith("Question: ") and info["golden_answers"]
+
+
+def test_a_query_the_server_cannot_search_is_an_invalid_action():
+    """The retrieval server answers an empty row and an 'errors' entry for a query its index fails on: the env
+    reports an invalid action with the server's reason (the agent's text), not an env crash and not a search."""
+    from retrieval.server import RetrievalServer, ServerConfig
+
+    local = agentgym.make("WikiSearch-v0")
+
+    class Fussy:
+        def search(self, queries, topk=3):
+            if any("BOOM" in q for q in queries):
+                raise ValueError("the encoder chokes on this")
+            return local.retriever.search(queries, topk)
+
+    with RetrievalServer(Fussy(), ServerConfig(port=0)) as srv:
+        env = agentgym.make("WikiSearch-v0", retriever_url=srv.url, invalid_action_penalty=0.1)
+        env.reset(options={"task_id": "demo-01"})
+        obs, r, term, _, info = env.step("<search>BOOM goes the query</search>")
+        assert not info["action_valid"] and "the encoder chokes on this" in info["invalid_reason"]
+        assert r == pytest.approx(-0.1) and not term and info["n_searches"] == 0
+        obs, *_ = env.step("<search>Marie Curie</search>")
+        assert obs.startswith('<information>Doc 1(Title: "Marie Curie")')

@@ -2,13 +2,18 @@
 
 Each step the agent either searches or answers (the first well-formed tag of the response counts):
 
-* ``<search>query</search>`` — the observation is the top-``topk`` passages as
-  ``<information>Doc 1(Title: ...) text\\nDoc 2(Title: ...) text</information>`` (Search-R1's format); reward 0.
+* ``<search>query</search>`` — the observation is the top-``topk`` passages inside ``<information>...</information>``,
+  rendered exactly as Search-R1's ``_passages2string`` renders its server's results (:func:`format_passages`):
+  ``Doc 1(Title: "Title") text\\nDoc 2(Title: "Title") text`` -- the title is the first line of each passage's
+  ``contents``, quotes included, as in wiki-18. A search that finds nothing gives ``<information></information>``,
+  as in Search-R1. Reward 0.
 * ``<answer>text</answer>`` — ends the episode (``terminated``). Reward: exact match (1.0 or 0.0) after the
   standard normalization (:mod:`.answers`) against any gold answer; ``info["f1"]`` has the token F1.
 
 Running out of ``max_turns`` without an answer truncates the episode with reward 0. A response with neither tag, an
-empty tag or an over-long query is an invalid action (observation says why; penalty applies; the episode goes on).
+empty tag, an over-long query or one that is not valid Unicode text (a lone surrogate) is an invalid action
+(observation says why; penalty applies; the episode goes on), and so is a query the retrieval server reports it
+could not search.
 ``info`` adds ``golden_answers`` (for adapters computing information gain; never in an observation), ``em`` and
 ``f1`` (None until answered), ``answer``, ``n_searches``, ``data_source`` and ``metrics`` (``{"em", "f1"}``, 0.0
 until answered: the per-episode metrics eval results rows carry). A failing search engine raises
@@ -56,8 +61,15 @@ _TEMPLATE = PromptTemplate(
 
 
 def format_passages(hits) -> str:
-    """Search-R1's rendering of retrieved passages (``Doc i(Title: t) text``, one per line)."""
-    return "\n".join(f"Doc {i + 1}(Title: {h.passage.title}) {h.passage.text}" for i, h in enumerate(hits))
+    """Search-R1's rendering of retrieved passages: :func:`retrieval.types.passages_to_string` of the hits'
+    ``contents`` (``Doc i(Title: "t") text``, one per line; empty for no hits)."""
+    from retrieval.types import passages_to_string
+
+    return passages_to_string([h.passage.contents for h in hits])
+
+
+class _QueryRejected(Exception):
+    """The retrieval server answered, but could not search the agent's query (its reason is the message)."""
 
 
 class WikiSearchEnv(AgentEnv):
@@ -144,10 +156,18 @@ class WikiSearchEnv(AgentEnv):
         if len(command) > MAX_QUERY_CHARS:
             reason = f"the search query is too long ({len(command)} > {MAX_QUERY_CHARS} characters)"
             return StepOutcome(f"Invalid action: {reason}.", valid=False, invalid_reason=reason)
-        hits = self._search(command)
+        try:
+            command.encode("utf-8")
+        except UnicodeEncodeError as e:
+            reason = f"the search query is not valid Unicode text ({e.reason} at character {e.start})"
+            return StepOutcome(f"Invalid action: {reason}.", valid=False, invalid_reason=reason)
+        try:
+            hits = self._search(command)
+        except _QueryRejected as e:
+            reason = f"the retrieval server could not search this query: {e}"
+            return StepOutcome(f"Invalid action: {reason}.", valid=False, invalid_reason=reason)
         self.n_searches += 1
-        body = format_passages(hits) if hits else "No results found."
-        return StepOutcome(f"<information>{body}</information>", process_ok=bool(hits),
+        return StepOutcome(f"<information>{format_passages(hits)}</information>", process_ok=bool(hits),
                            invalid_reason=None if hits else "the search found no passage")
 
     def _search(self, query: str):
@@ -155,6 +175,8 @@ class WikiSearchEnv(AgentEnv):
 
         try:
             rows = self.retriever.search([query], self.topk)
+        except retrieval.QueryFailedError as e:  # the server searched nothing for this query: the agent's text
+            raise _QueryRejected(next(iter(e.errors.values()), str(e))) from e
         except retrieval.BadRequestError as e:  # in-process validation of the query (the agent's text)
             raise RetrieverUnavailableError(f"the retriever rejected a query: {e}") from e
         except retrieval.RetrievalError as e:

@@ -1,0 +1,217 @@
+"""The HTTP layer under :mod:`retrieval.server`: uvicorn's h11 protocol plus the guards uvicorn does not have.
+
+uvicorn (with h11) parses requests, bounds header size (``h11_max_incomplete_event_size``), keeps connections
+alive and shuts down gracefully. :class:`GuardedH11Protocol` adds, per connection:
+
+* ``TCP_NODELAY`` (set explicitly: a kept-alive client must never wait for Nagle's algorithm), and the writes of
+  one loop iteration coalesced into one ``send`` (uvicorn writes a response's head and body separately: without
+  Nagle each write would be a syscall and a TCP segment of its own);
+* a read deadline: a request must arrive whole (headers and body) within ``request_timeout_s`` of its first byte,
+  else the client gets a JSON 408 and the connection closes -- uvicorn has no such timeout, so one client
+  trickling bytes (slow-loris) could hold a connection forever;
+* an idle deadline from the moment a connection opens (uvicorn arms its keep-alive timer only after a response, so
+  a connection that never sends anything was never closed);
+* a bound on request-body bytes read and dropped after the app answered early (a 413 for a body over the limit is
+  sent at once; the rest of the body is read and dropped so that the client, still sending, does not get a reset
+  before it reads the 413 -- up to ``max_discard_bytes``, then the connection closes);
+* half-closed connections: a client that sends its request and then shuts its side down (EOF) still gets its
+  answer, and the connection then closes (asyncio would otherwise close the transport at EOF and drop the answer);
+* a bound on the request line + headers (``max_header_bytes``; h11's own bound only applies while they are
+  incomplete) answered with a JSON 431;
+* a JSON body for what the parser rejects before the app runs (a garbage request line, a bad Content-Length:
+  ``{"error": "invalid HTTP request: ..."}`` with h11's status) and for connections over
+  ``max_connections`` (503 with ``Retry-After``), instead of uvicorn's plain-text pages.
+
+Only this module imports uvicorn and h11 (``pip install 'agentgym[retrieval]'``).
+"""
+
+from __future__ import annotations
+
+import http
+import json
+import socket
+import sys
+from dataclasses import dataclass
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = ["HttpLimits", "GuardedH11Protocol", "protocol_class", "json_response_bytes"]
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """Per-connection limits of :class:`GuardedH11Protocol` (see the module docstring)."""
+
+    request_timeout_s: float = 30.0
+    max_header_bytes: int = 16 * 1024
+    max_connections: int = 4096
+    max_discard_bytes: int = 16 * 1024 * 1024
+    retry_after_s: int = 1
+
+
+def json_response_bytes(status: int, payload: dict, headers: tuple[tuple[str, str], ...] = ()) -> bytes:
+    """A complete HTTP/1.1 response with a JSON body and ``Connection: close``, for writing straight to a transport
+    that is about to close."""
+    body = json.dumps(payload).encode("utf-8")
+    lines = [f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}", "content-type: application/json",
+             f"content-length: {len(body)}", "connection: close", *(f"{k}: {v}" for k, v in headers)]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def _over_capacity_app(retry_after_s: int):
+    body = json.dumps({"error": "too many open connections; try again later"}).encode()
+
+    async def app(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 503,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"retry-after", str(retry_after_s).encode()), (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+class _CoalescingTransport:
+    """A transport whose ``write`` calls within one event-loop iteration go out as one ``write`` (at the end of the
+    iteration, or before ``close``); everything else is the real transport's."""
+
+    def __init__(self, transport, loop):
+        self._transport, self._loop = transport, loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self._flush)
+        self._pending.append(bytes(data))
+
+    def _flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with the guards of the module docstring. Use :func:`protocol_class` to bind limits."""
+
+    limits: HttpLimits = HttpLimits()
+
+    # ---- connection life ----------------------------------------------------------------------------------
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(_CoalescingTransport(transport, self.loop))
+        self._read_timer = None
+        self._discarded = 0
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if len(self.connections) > self.limits.max_connections:
+            self.app = _over_capacity_app(self.limits.retry_after_s)
+        # the idle deadline of a fresh connection (uvicorn's own timer, which any received byte cancels)
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+
+    def connection_lost(self, exc) -> None:
+        self._cancel_read_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn.their_state is h11.IDLE and self._head_too_long(data):
+            return
+        if self._discarding():
+            self._discarded += len(data)
+            if self._discarded > self.limits.max_discard_bytes:
+                self._cancel_read_timer()
+                self.transport.close()
+                return
+        super().data_received(data)
+        self._update_read_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.conn.their_state is not h11.SEND_BODY:
+            self._discarded = 0
+        self._update_read_timer()
+
+    def eof_received(self):  # type: ignore[override]
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and self.conn.their_state is h11.DONE:
+            cycle.keep_alive = False  # answer, then close: the client will send nothing more
+            return True  # keep the transport open for writing the answer
+        return None  # nothing left to answer (or a request cut short): asyncio closes the transport
+
+    # ---- the read deadline --------------------------------------------------------------------------------
+    def _request_in_progress(self) -> bool:
+        state = self.conn.their_state
+        return state is h11.SEND_BODY or (state is h11.IDLE and bool(self.conn.trailing_data[0]))
+
+    def _head_too_long(self, data: bytes) -> bool:
+        """A request line + headers over ``max_header_bytes``: 431 and close. (h11's own bound only applies while
+        the head is incomplete; a long head that arrives whole would pass it.)"""
+        buf = self.conn.trailing_data[0] + data
+        end = buf.find(b"\r\n\r\n")
+        size = end + 4 if end >= 0 else len(buf)
+        if size <= self.limits.max_header_bytes:
+            return False
+        self._cancel_read_timer()
+        if not self.transport.is_closing():
+            self.transport.write(json_response_bytes(
+                431, {"error": f"the request line and headers are over {self.limits.max_header_bytes} bytes"}))
+            self.transport.close()
+        return True
+
+    def _discarding(self) -> bool:
+        return (self.cycle is not None and self.cycle.response_complete
+                and self.conn.their_state is h11.SEND_BODY)
+
+    def _update_read_timer(self) -> None:
+        if self.transport.is_closing():
+            self._cancel_read_timer()
+        elif self._request_in_progress():
+            if self._read_timer is None:  # the deadline counts from the first byte, not the latest one
+                self._read_timer = self.loop.call_later(self.limits.request_timeout_s, self._on_read_timeout)
+        else:
+            self._cancel_read_timer()
+
+    def _cancel_read_timer(self) -> None:
+        timer = getattr(self, "_read_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._read_timer = None
+
+    def _on_read_timeout(self) -> None:
+        self._read_timer = None
+        if self.transport.is_closing():
+            return
+        cycle = self.cycle
+        answered = (cycle is not None and cycle.response_started and self.conn.their_state is h11.SEND_BODY)
+        if not answered:
+            if cycle is not None and not cycle.response_complete:
+                cycle.disconnected = True  # the app (waiting for the body) sees a disconnect and writes nothing
+                cycle.message_event.set()
+            self.transport.write(json_response_bytes(
+                408, {"error": f"the request did not arrive within {self.limits.request_timeout_s:g} s"}))
+        self.transport.close()
+
+    # ---- what the parser rejects --------------------------------------------------------------------------
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn calls this inside its `except h11.RemoteProtocolError`, so the error is the one being handled
+        exc = sys.exc_info()[1]
+        status, detail = 400, msg
+        if isinstance(exc, h11.RemoteProtocolError):
+            status, detail = int(getattr(exc, "error_status_hint", 400) or 400), str(exc) or msg
+        self._cancel_read_timer()
+        if not self.transport.is_closing():
+            self.transport.write(json_response_bytes(status, {"error": f"invalid HTTP request: {detail}"}))
+            self.transport.close()
+
+
+def protocol_class(limits: HttpLimits) -> type[GuardedH11Protocol]:
+    """A :class:`GuardedH11Protocol` subclass bound to ``limits`` (uvicorn instantiates the class it is given)."""
+    return type("RetrievalH11Protocol", (GuardedH11Protocol,), {"limits": limits})

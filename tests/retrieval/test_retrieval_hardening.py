@@ -1,0 +1,380 @@
+"""Hostile and malformed clients against the retrieval server (uvicorn, 127.0.0.1 only).
+
+Each attack gets a JSON error or a bounded close, and throughout every attack a *canary* -- a client on its own
+kept-alive connection -- keeps asking known queries and must get exactly the in-process index's answers. Covered:
+deep JSON, huge numbers, huge bodies (declared and chunked), wrong methods and paths, wrong content types, a
+garbage request line, oversized headers, slow-loris (headers and body trickled in), idle connections,
+half-closed connections (with a whole request and with a partial one), 1,000 concurrent connections, and
+connections over the server's connection limit. Every loop is bounded by a count or a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import socket
+import threading
+import time
+
+import pytest
+
+from retrieval_testkit import http_request, need, post_json, read_response, small_bm25
+
+need("bm25s", "uvicorn", "starlette")
+
+from retrieval.server import RetrievalServer, ServerConfig  # noqa: E402
+
+READ_TIMEOUT_S = 1.0
+IDLE_TIMEOUT_S = 3.0
+
+
+@pytest.fixture(scope="module")
+def bm25():
+    return small_bm25(300)
+
+
+@pytest.fixture(scope="module")
+def queries(bm25):
+    return [" ".join(p.text.split()[:5]) for p in bm25.passages[::15]][:20]
+
+
+@pytest.fixture(scope="module")
+def expected(bm25, queries):
+    return {q: [h.id for h in row] for q, row in zip(queries, bm25.search(queries, 3))}
+
+
+@pytest.fixture(scope="module")
+def server(bm25):
+    cfg = ServerConfig(port=0, request_timeout_s=READ_TIMEOUT_S, idle_timeout_s=IDLE_TIMEOUT_S, max_connections=2000)
+    with RetrievalServer(bm25, cfg) as srv:
+        yield srv
+
+
+class Canary:
+    """A kept-alive client that asks known queries in a loop (bounded: a stop flag, 100,000 requests) and records
+    every answer that is not exactly the in-process index's."""
+
+    def __init__(self, port: int, queries: list[str], expected: dict):
+        self.port, self.queries, self.expected = port, queries, expected
+        self.ok, self.failures = 0, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        sock = None
+        for i in range(100_000):
+            if self._stop.is_set():
+                break
+            q = self.queries[i % len(self.queries)]
+            body = json.dumps({"queries": [q], "topk": 3}).encode()
+            try:
+                if sock is None:
+                    sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+                sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                r = read_response(sock, 30)
+            except OSError as e:
+                self.failures.append(f"{type(e).__name__}: {e}")
+                sock = None
+                continue
+            if r is None:
+                self.failures.append("the connection closed without an answer")
+                sock.close()
+                sock = None
+                continue
+            got = [d["id"] for d in r.json()["result"][0]] if r.status == 200 else r.status
+            if got == self.expected[q]:
+                self.ok += 1
+            else:
+                self.failures.append(f"{q!r}: {got}")
+            time.sleep(0.01)
+        if sock is not None:
+            sock.close()
+
+    def __enter__(self) -> "Canary":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        ok_before = self.ok
+        deadline = time.monotonic() + 30  # it must still get answers after the attack
+        while self.ok < ok_before + 3 and time.monotonic() < deadline and self._thread.is_alive():
+            time.sleep(0.02)
+        self._stop.set()
+        self._thread.join(30)
+
+
+    def check(self) -> None:
+        assert not self.failures, self.failures[:5]
+        assert self.ok >= 3
+
+
+@pytest.fixture
+def canary(server, queries, expected):
+    with Canary(server.port, queries, expected) as c:
+        yield c
+    c.check()
+
+
+def _assert_json_error(r, status):
+    assert r is not None, "no answer"
+    assert r.status == status and r.is_json_error(), (r.status, r.headers, r.body[:300])
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Read until the server closes (True) or ``seconds`` pass (False)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            if not sock.recv(65536):
+                return True
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+    return False
+
+
+# ---- bodies ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("body, fragment", [
+    (b"[" * 1000 + b"]" * 1000, "nested 1000 levels"),
+    (b'{"queries": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested"),
+    (b'{"queries": ["a"], "junk": ' + b'{"a":' * 2000 + b"1" + b"}" * 2000 + b"}", "nested"),
+    (b'{"queries": ["a"], "topk": ' + b"9" * 5000 + b"}", "5000 characters"),
+    (b'{"queries": ["a"], "topk": -' + b"9" * 5000 + b"}", "characters"),
+    (b'{"queries": ["a"], "topk": 1' + b"0" * 400 + b".5}", "characters"),
+    (b'{"queries": ["a"], "topk": Infinity}', "Infinity is not JSON"),
+    (b"[" * 4_000_000, "nested 4000000 levels"),  # parsed off the event loop: the canary is not held up
+])
+def test_hostile_json_gets_400(server, canary, body, fragment):
+    r = http_request(server.port, "POST", "/retrieve", body, {"Content-Type": "application/json"})
+    _assert_json_error(r, 400)
+    assert fragment in r.json()["error"]
+
+
+def test_a_big_valid_request_is_answered(server, canary, queries, expected):
+    qs = [q + " " + "x" * 80 for q in queries] * 200  # 4,000 queries, ~400 KB
+    r = http_request(server.port, "POST", "/retrieve", json.dumps({"queries": qs, "topk": 1}).encode(),
+                     {"Content-Type": "application/json"}, timeout=60)
+    assert r.status == 200 and len(r.json()["result"]) == 4000
+    # brackets inside strings, after escaped quotes and backslashes, are text, not nesting
+    tricky = '"[' * 50 + "\\" + "[{" * 50
+    r = http_request(server.port, "POST", "/retrieve", json.dumps({"queries": [tricky, queries[0]]}).encode(),
+                     {"Content-Type": "application/json"})
+    assert r.status == 200 and [d["id"] for d in r.json()["result"][1]] == expected[queries[0]]
+
+
+def test_numbers_json_accepts_are_range_checked(server, canary):
+    for topk in ("1e999", "3.0", "-1", "101", "12345678901234567890"):
+        r = http_request(server.port, "POST", "/retrieve", b'{"queries": ["a"], "topk": %s}' % topk.encode(),
+                         {"Content-Type": "application/json"})
+        _assert_json_error(r, 422)
+
+
+@pytest.fixture(scope="module")
+def patient_server(bm25):
+    """Default read and idle timeouts (a 9 MB body or 1,000 connections take a while on a busy machine)."""
+    with RetrievalServer(bm25, ServerConfig(port=0)) as srv:
+        yield srv
+
+
+def test_huge_bodies_get_a_json_413(patient_server, queries, expected):
+    """A 9 MB body (limit 8 MiB) sent whole by a client that reads only after sending, as requests does: the
+    client reads a JSON 413, not a broken pipe. Chunked too; a declared 10 GB body is refused without waiting."""
+    with Canary(patient_server.port, queries, expected) as c:
+        _huge_bodies(patient_server)
+    c.check()
+
+
+def _huge_bodies(server) -> None:
+    big = json.dumps({"queries": ["x" * 1000] * 9000}).encode()
+    assert len(big) > 9_000_000
+    _assert_json_error(http_request(server.port, "POST", "/retrieve", big, {"Content-Type": "application/json"},
+                                    timeout=60), 413)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b"y" * 1_000_000
+        for _ in range(9):
+            s.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+        s.sendall(b"0\r\n\r\n")
+        _assert_json_error(read_response(s, 30), 413)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 10000000000\r\n\r\n")
+        _assert_json_error(read_response(s, 10), 413)
+
+
+# ---- methods, paths, content types, the request line, headers ---------------------------------------------
+@pytest.mark.parametrize("method, path, status", [
+    ("GET", "/retrieve", 405), ("PUT", "/retrieve", 405), ("DELETE", "/health", 405), ("BREW", "/retrieve", 405),
+    ("GET", "/", 404), ("POST", "/retrieve/x", 404), ("GET", "/health/../etc/passwd", 404),
+])
+def test_wrong_methods_and_paths(server, canary, method, path, status):
+    _assert_json_error(http_request(server.port, method, path), status)
+
+
+@pytest.mark.parametrize("ctype, status", [
+    ("text/plain", 415), ("application/x-www-form-urlencoded", 415), ("multipart/form-data; boundary=x", 415),
+    ("application/json; charset=utf-8", 200), ("application/vnd.api+json", 200), (None, 200),
+])
+def test_content_types(server, canary, ctype, status):
+    r = http_request(server.port, "POST", "/retrieve", b'{"queries": ["alpha"]}', {"Content-Type": ctype})
+    assert r.status == status
+    if status != 200:
+        _assert_json_error(r, status)
+
+
+@pytest.mark.parametrize("raw, status", [
+    (b"HELLO\r\n\r\n", 400),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n", 431),
+    (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", 400),
+    (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400),
+    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40 + b"\r\n\r\n", 400),  # a TLS hello
+])
+def test_what_the_parser_rejects_gets_a_json_error_and_a_close(server, canary, raw, status):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(raw)
+        _assert_json_error(read_response(s, 10), status)
+        assert _closed_within(s, 5)
+
+
+# ---- slow clients ------------------------------------------------------------------------------------------
+def _trickle(sock: socket.socket, data: bytes, interval: float, seconds: float) -> None:
+    """Send ``data`` one byte per ``interval`` for at most ``seconds`` (the server may close first)."""
+    deadline = time.monotonic() + seconds
+    for b in data:
+        if time.monotonic() > deadline:
+            return
+        try:
+            sock.sendall(bytes([b]))
+        except OSError:
+            return
+        time.sleep(interval)
+
+
+@pytest.mark.parametrize("head, trickled", [
+    (b"", b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"),  # headers trickled
+    (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n", b'{"queries": ["' + b"a" * 150),
+])
+def test_slow_loris_gets_a_408_within_the_read_timeout(server, canary, head, trickled):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        t0 = time.monotonic()
+        s.sendall(head)
+        sender = threading.Thread(target=_trickle, args=(s, trickled, 0.2, 6.0), daemon=True)
+        sender.start()
+        r = read_response(s, 10)
+        elapsed = time.monotonic() - t0
+        sender.join(10)
+    _assert_json_error(r, 408)
+    assert READ_TIMEOUT_S * 0.9 <= elapsed < READ_TIMEOUT_S + 4  # bounded by the deadline, not by the trickle
+
+
+def test_idle_connections_are_closed(server, canary):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:  # never sends a byte
+        assert _closed_within(s, IDLE_TIMEOUT_S + 5)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:  # idle after one answer
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(s, 10).status == 200
+        assert _closed_within(s, IDLE_TIMEOUT_S + 5)
+
+
+def test_half_closed_connections(server, canary, queries, expected):
+    """A client that sends its request and shuts its sending side gets its whole answer, then a close; one that
+    shuts down in the middle of a request is closed without an answer."""
+    body = json.dumps({"queries": [queries[0]], "topk": 3}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        s.shutdown(socket.SHUT_WR)
+        r = read_response(s, 30)
+        assert r is not None and r.status == 200
+        assert [d["id"] for d in r.json()["result"][0]] == expected[queries[0]]
+        assert _closed_within(s, 5)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"queries\"")
+        s.shutdown(socket.SHUT_WR)
+        assert _closed_within(s, 5)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /hea")
+        s.shutdown(socket.SHUT_WR)
+        assert read_response(s, 10).status == 200
+        assert _closed_within(s, 5)
+
+
+# ---- many connections --------------------------------------------------------------------------------------
+def _raise_fd_limit(n: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n:
+        if hard != resource.RLIM_INFINITY and hard < n:
+            pytest.skip(f"needs {n} open files; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, hard))
+
+
+def test_1000_concurrent_connections(patient_server, queries, expected):
+    """1,000 connections open at once, each sending a request before any answer is read: every one gets the
+    right answer, none is dropped."""
+    _raise_fd_limit(4096)
+    with Canary(patient_server.port, queries, expected) as c:
+        _many_connections(patient_server, 1000, queries, expected)
+    c.check()
+
+
+def _many_connections(server, n: int, queries, expected) -> None:
+
+    async def one(i: int):
+        q = queries[i % len(queries)]
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            await opened.wait()  # all connections are open before any request is sent
+            body = json.dumps({"queries": [q], "topk": 3}).encode()
+            writer.write(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int([h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")][0])
+            payload = json.loads(await reader.readexactly(length))
+            return int(head.split()[1]) == 200 and [d["id"] for d in payload["result"][0]] == expected[q]
+        finally:
+            writer.close()
+
+    async def main():
+        tasks = [asyncio.ensure_future(one(i)) for i in range(n)]
+        deadline = time.monotonic() + 60
+        while sum(1 for p in server._uvicorn.server_state.connections) < n and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        peak = len(server._uvicorn.server_state.connections)
+        opened.set()
+        return peak, await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 120)
+
+    opened = None
+
+    async def run():
+        nonlocal opened
+        opened = asyncio.Event()
+        return await main()
+
+    peak, results = asyncio.run(run())
+    assert peak >= n
+    failures = [r for r in results if r is not True]
+    assert not failures, failures[:5]
+
+
+def test_connections_over_the_limit_get_a_json_503(bm25):
+    with RetrievalServer(bm25, ServerConfig(port=0, max_connections=4)) as srv:
+        held = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(4)]
+        try:
+            deadline = time.monotonic() + 10
+            while len(srv._uvicorn.server_state.connections) < 4 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            r = http_request(srv.port, "GET", "/health")
+            _assert_json_error(r, 503)
+            assert r.headers["retry-after"] == "1"
+        finally:
+            for s in held:
+                s.close()
+        deadline = time.monotonic() + 10
+        while len(srv._uvicorn.server_state.connections) > 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert post_json(srv.port, {"queries": ["alpha"]}).status == 200
