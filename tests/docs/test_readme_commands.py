@@ -305,6 +305,13 @@ def _check_games(out: str, n: int, split: str = "generated") -> Callable:
     return check
 
 
+def check_demo_index(ws: Workspace, proc) -> None:
+    from agentgym.envs.wiki_search.tasks import demo_passages
+
+    meta = json.loads((ws.root / "demo_idx" / "meta.json").read_text())
+    assert (meta["kind"], meta["n_passages"]) == ("bm25", len(demo_passages())), meta
+
+
 def check_index(ws: Workspace, proc) -> None:
     # the index's record (the search itself is probed through `agentgym retrieval serve`, which loads it)
     meta = json.loads((ws.root / "idx" / "meta.json").read_text())
@@ -526,6 +533,25 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
     "agentgym retrieval serve --index idx/ --port 8000":
         Run("retrieval-serve", "retrieval serve --index idx/ --port {port}", probe=probe_retrieval,
             after=("retrieval-build",), needs=RETRIEVAL),
+    # `python -c "...demo_passages..." > demo.jsonl && agentgym retrieval build ... && python -m retrieval serve ...`:
+    # the workspace writes demo.jsonl the way the README's python line does (the serve half is `python -m
+    # retrieval`, not an agentgym command; tests/retrieval runs it)
+    "agentgym retrieval build --corpus demo.jsonl --bm25 --out demo_idx":
+        Run("retrieval-build-demo", "retrieval build --corpus demo.jsonl --bm25 --out demo_idx",
+            expect=(r"built bm25 index of \d+ passages",), check=check_demo_index, needs=(("bm25s", "retrieval"),)),
+    "agentgym retrieval": Mention("retrieval"),
+    # README: AppWorld-v0 (the AppWorld venv that .ci/run builds; one scenario of the sample, one task)
+    "agentgym eval AppWorld-v0 --split gen-test --policy ...":
+        Run("eval-appworld", "eval AppWorld-v0 --split gen-test --policy oracle --episodes 2 --out aw.jsonl",
+            expect=(r"(?m)^task_set: agentgym-suite:[0-9a-f]+ · sandbox: full$", *_eval_table(2, wins=2)[1:],
+                    r"TGC \(task goal completion\): 100\.0%\s+SGC \(scenario goal completion\): 100\.0% of 2",
+                    r"\| level \| episodes \| TGC \(%\) \| scenarios \| SGC \(%\) \|"),
+            runnable=_appworld_here, timeout_s=300.0),
+    "agentgym appworld validate [--sample]":
+        Run("appworld-validate", "appworld validate --sample --scenario agnoteadd",
+            expect=(r"1 tasks of 1 scenarios .*gold won 1/1, wrong lost 1/1",), runnable=_appworld_here,
+            omits={}, timeout_s=300.0),
+    "agentgym appworld validate": Mention("appworld validate"),
     # agentgym/envs/textcraft/README.md: the rules option on the command line
     "agentgym eval ... --env-arg rules=lenient":
         Run("eval-lenient", "eval TextCraft-v0 --split gen-depth1 --episodes 2 --policy oracle --out lenient.jsonl "
@@ -573,6 +599,9 @@ class Workspace:
         self.openai = None
         self.wait_until: Callable[..., None] | None = None  # the wait_until fixture (tests/conftest.py), set per test
         (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in CORPUS))
+        from agentgym.envs.wiki_search.tasks import demo_passages  # what the README's `python -c` line writes
+
+        (root / "demo.jsonl").write_text("".join(json.dumps(p) + "\n" for p in demo_passages()))
 
     # -- the scripted OpenAI-compatible server (the tests' own, tests/policies/openai_server.py) --
     def openai_url(self) -> str:
@@ -806,8 +835,9 @@ def test_mentions_and_exclusions_are_accounted_for():
     ran_paths = {tuple(_command_path(r.args.split())) for r in RUNS.values()}
     for key, entry in COMMANDS.items():
         if isinstance(entry, Mention):
-            assert key.split()[1:] == [entry.of], f"{key!r} is more than a mention of {entry.of!r}: run it"
-            assert (entry.of,) in ran_paths, f"{key!r}: no run of `agentgym {entry.of}`"
+            words = tuple(entry.of.split())
+            assert tuple(key.split()[1:]) == words, f"{key!r} is more than a mention of {entry.of!r}: run it"
+            assert any(p[:len(words)] == words for p in ran_paths), f"{key!r}: no run of `agentgym {entry.of}`"
         elif isinstance(entry, Excluded):
             assert len(entry.reason) > 20, f"{key!r}: say why it is excluded"
     for run in RUNS.values():
