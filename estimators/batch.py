@@ -129,14 +129,17 @@ def digest_strings(values: Any, namespace: str = "obs-text") -> np.ndarray:
     text, and so does this."""
     items = values.tolist() if isinstance(values, np.ndarray) else list(values)
     person = namespace.encode()[:16]
-    memo = dict.fromkeys(items)  # the distinct strings, found at C speed (str hashes are cached on the objects)
-    for s in memo:
-        if not isinstance(s, str):
+    index = dict.fromkeys(items)  # the distinct strings, found at C speed
+    distinct = list(index)
+    for i, s in enumerate(distinct):
+        if type(s) is not str:
             raise BatchValidationError("obs_hash", f"mixed column: {type(s).__name__} among strings",
                                        [items.index(s)])
-        raw = hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8, person=person).digest()
-        memo[s] = int.from_bytes(raw, "little") >> 1
-    return np.fromiter(map(memo.__getitem__, items), dtype=np.int64, count=len(items))
+        index[s] = i
+    raw = b"".join([hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8, person=person).digest()
+                    for s in distinct])
+    digests = (np.frombuffer(raw, dtype="<u8") >> np.uint64(1)).astype(np.int64)
+    return digests[np.fromiter(map(index.__getitem__, items), dtype=np.int64, count=len(items))]
 
 
 def _holds_strings(value: Any) -> bool:
