@@ -38,6 +38,12 @@ def shared_data() -> Path:
     return d
 
 
+@pytest.fixture(scope="session")
+def shared_data_or_none() -> Path | None:
+    """The staged data folder, or None: for tests that skip only some of their cases without it."""
+    return shared_data_dir()
+
+
 def _wait_until(cond: Callable[[], object], what: str, timeout_s: float = 30.0, interval_s: float = 0.05) -> None:
     """Poll ``cond`` until it is true; fail the test after ``timeout_s`` (a broken component fails instead of hanging
     CI, and a slow machine gets all that time)."""

@@ -587,8 +587,9 @@ RUNS = _runs()
 class Workspace:
     """The module's working directory and environment; runs each command at most once (later runs read its files)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, data_dir: Path | None):
         self.root = root
+        self.data_dir = data_dir  # the staged research data (tests/conftest.py), None when absent
         self.cache = root / "cache"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
@@ -658,7 +659,7 @@ class Workspace:
         self.results[name] = None
 
     def execute(self, run: Run) -> None:
-        skip_if_unavailable(run)
+        skip_if_unavailable(run, self.data_dir)
         for dep in run.after:
             self.ensure(dep)
         if run.probe is not None:
@@ -736,14 +737,12 @@ def _tail(text: str | bytes | None, n: int = 4000) -> str:
     return (text or "")[-n:]
 
 
-def skip_if_unavailable(run: Run) -> None:
+def skip_if_unavailable(run: Run, data_dir: Path | None) -> None:
     for modules, extra in run.needs:  # "a|b": either
         if all(importlib.util.find_spec(m) is None for m in modules.split("|")):
             pytest.skip(f"`agentgym {run.args.split()[0]}` needs {modules}: pip install -e '.[{extra}]'")
     if run.data:
-        from conftest import shared_data_dir
-
-        if shared_data_dir() is None:
+        if data_dir is None:
             pytest.skip("staged research data not found: set AGENTGYM_SHARED_DATA or place shared/data beside the repo")
     if run.runnable is not None and (why := run.runnable()) is not None:
         if os.environ.get("CI"):
@@ -752,8 +751,8 @@ def skip_if_unavailable(run: Run) -> None:
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    ws = Workspace(tmp_path_factory.mktemp("readme-commands"))
+def workspace(tmp_path_factory, shared_data_or_none):
+    ws = Workspace(tmp_path_factory.mktemp("readme-commands"), shared_data_or_none)
     yield ws
     ws.close()
 
