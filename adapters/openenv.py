@@ -890,9 +890,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from agentgym.cli import _literal
+    from agentgym.cli import parse_env_args, resolve_split
     from agentgym.errors import AgentGymError
-    from agentgym.registration import env_ids, get_entry
+    from agentgym.registration import env_ids
 
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -900,19 +900,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.env_id not in env_ids():
         print(f"error: unknown env id {args.env_id!r}; known: {', '.join(env_ids())}", file=sys.stderr)
         return 2
-    entry = get_entry(args.env_id)
-    split = args.split or entry.default_split
-    if split not in entry.splits:
-        print(f"error: {args.env_id} has no split {split!r}; splits: {', '.join(entry.splits)}", file=sys.stderr)
+    split = resolve_split(args.env_id, args.split)
+    if split is None:
         return 2
-    ok, why = entry.split_available(split)
-    if not ok:
-        print(f"error: {args.env_id} split {split!r} is not available here: {why}", file=sys.stderr)
-        return 2
-    env_kwargs = {}
-    for kv in args.env_arg or []:
-        k, _, v = kv.partition("=")
-        env_kwargs[k] = _literal(v)
+    env_kwargs = parse_env_args(args.env_arg)
     try:
         config = ServeConfig(env_id=args.env_id, split=split, env_kwargs=env_kwargs, host=args.host, port=args.port,
                              max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout,

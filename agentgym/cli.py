@@ -103,6 +103,34 @@ def _positive_int(text: str) -> int:
     return n
 
 
+def resolve_split(env_id: str, split: str | None) -> str | None:
+    """The split a command runs (``split`` or the env's default), or None after printing why it cannot run here.
+
+    Shared by ``agentgym eval`` and ``agentgym serve``, so both refuse an unknown or unstaged split in the same words.
+    """
+    from .registration import get_entry
+
+    entry = get_entry(env_id)
+    split = split or entry.default_split
+    if split not in entry.splits:
+        print(f"error: {env_id} has no split {split!r}; splits: {', '.join(entry.splits)}", file=sys.stderr)
+        return None
+    ok, why = entry.split_available(split)
+    if not ok:
+        print(f"error: {env_id} split {split!r} is not available here: {why}", file=sys.stderr)
+        return None
+    return split
+
+
+def parse_env_args(pairs: Sequence[str] | None) -> dict[str, object]:
+    """``--env-arg KEY=VALUE`` options as env kwargs (values read as Python literals where they parse as one)."""
+    env_kwargs: dict[str, object] = {}
+    for kv in pairs or []:
+        k, _, v = kv.partition("=")
+        env_kwargs[k] = _literal(v)
+    return env_kwargs
+
+
 def _cmd_eval(args) -> int:
     from .eval.grid import EvalGrid, run_grid
     from .eval.summary import format_table, summarize
@@ -110,13 +138,8 @@ def _cmd_eval(args) -> int:
     from .rollout.policy import load_policy
 
     entry = get_entry(args.env_id)
-    split = args.split or entry.default_split
-    if split not in entry.splits:
-        print(f"error: {args.env_id} has no split {split!r}; splits: {', '.join(entry.splits)}", file=sys.stderr)
-        return 2
-    ok, why = entry.split_available(split)
-    if not ok:
-        print(f"error: {args.env_id} split {split!r} is not available here: {why}", file=sys.stderr)
+    split = resolve_split(args.env_id, args.split)
+    if split is None:
         return 2
     from .errors import AgentGymError, TaskError
 
@@ -125,10 +148,7 @@ def _cmd_eval(args) -> int:
     except AgentGymError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    env_kwargs = {}
-    for kv in args.env_arg or []:
-        k, _, v = kv.partition("=")
-        env_kwargs[k] = _literal(v)
+    env_kwargs = parse_env_args(args.env_arg)
     grid = EvalGrid(env_id=args.env_id, split=split, episodes=args.episodes, seeds=args.seeds, trials=args.trials,
                     env_kwargs=env_kwargs, max_turns=args.max_turns, workers=args.workers, backend=args.backend,
                     address=args.address, schedule=args.schedule, chunk=args.episodes_in_flight)
