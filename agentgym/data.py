@@ -14,6 +14,7 @@ Whatever is not found raises :class:`~agentgym.errors.DataNotFoundError` listing
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from pathlib import Path
@@ -25,15 +26,22 @@ __all__ = ["find_data", "package_data_dir", "shared_data_dirs", "data_available"
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def package_data_dir(package: str, *parts: str) -> Path | None:
-    """The directory ``parts`` inside an installed package, without importing the package."""
+@functools.lru_cache(maxsize=None)
+def _package_locations(package: str) -> tuple[str, ...]:
+    # find_spec walks sys.path (a few stats per entry): every env construction resolves its data, so a rollout of
+    # 1,000 episodes would pay it 1,000 times. An installed package does not move while the process runs.
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
-        return None
+        return ()
     if spec is None or not spec.submodule_search_locations:
-        return None
-    for loc in spec.submodule_search_locations:
+        return ()
+    return tuple(spec.submodule_search_locations)
+
+
+def package_data_dir(package: str, *parts: str) -> Path | None:
+    """The directory ``parts`` inside an installed package, without importing the package."""
+    for loc in _package_locations(package):
         p = Path(loc, *parts)
         if p.exists():
             return p
