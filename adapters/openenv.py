@@ -749,7 +749,12 @@ async def _close_ws(websocket: WebSocket) -> None:
 
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and the accepted
+    # sockets inherit it. Without it, Nagle's algorithm holds the body of every HTTP answer (uvicorn writes the
+    # head and the body separately) until the client's delayed ACK, ~40 ms on Linux per keep-alive request.
+    # TCP_NODELAY on the listener as well: Linux copies it to accepted sockets whatever loop serves them.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(128)

@@ -142,7 +142,12 @@ def main(argv=None) -> int:
         return 2
     app = LatencyServer(args.mean, args.sigma, args.seed, args.cap or None, args.reply, args.tokens_per_s,
                         args.max_requests)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # TCP_NODELAY on the listener (accepted sockets inherit it on Linux, under uvloop too) and proto=IPPROTO_TCP (so
+    # asyncio sets it on each accepted socket): uvicorn writes an answer's head and body separately, and with Nagle's
+    # algorithm the body waits for the client's delayed ACK, ~40 ms per answer on a keep-alive connection. A server
+    # like that would add 40 ms to every turn of both schedules and measure the transport, not the runner.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     print(sock.getsockname()[1], flush=True)
