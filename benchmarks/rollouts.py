@@ -187,16 +187,20 @@ def _policy(kind: str):
     return OraclePolicy() if kind == "oracle" else RandomPolicy()
 
 
-def _bare_loop(env_id, split, tasks, seed0, max_turns, kind, order="turn"):
+def _bare_loop(env_id, split, tasks, seed0, max_turns, kind, order="turn", keep=False):
     """Exactly the env-side work of collect_groups (sequential, G=1): make, reset, act, step, prompt. ``order="turn"``
     is the lockstep runner's order: each env made and reset in turn, then every active episode one turn, then the
     next turn (a batched policy needs all prompts of a turn at once; stepping thousands of envs in turn is slower
     than finishing one episode at a time, and both loops pay that). ``order="episode"`` is the async runner's order
     when nothing makes an episode wait (a privileged policy, in-process envs): each episode played to its end in
-    turn. Envs are kept until the end in both, as the runners keep their slots."""
+    turn. Envs are kept until the end in both, as the runners keep their slots. ``keep=True`` also holds what a
+    turn record holds (prompt, response, observation, info) until the end, as the runner does (a diagnostic: the
+    cost of holding the records, apart from the runner's code)."""
     t0 = time.process_time()
     envs, rngs = [], []
     steps = 0
+    kept: list = []
+    prompts: list = []
 
     def act(env, g):
         if kind == "text":
@@ -207,24 +211,30 @@ def _bare_loop(env_id, split, tasks, seed0, max_turns, kind, order="turn"):
         env = agentgym.make(env_id, split=split, max_turns=max_turns)
         env.reset(seed=seed0 + g, options={"task_id": task})
         rngs.append(np.random.default_rng([seed0 + g, g, 0]))
-        env.prompt()
+        prompts.append(env.prompt())
         envs.append(env)
         if order == "episode":
             while True:
-                _, _, term, trunc, _ = env.step(act(env, g))
+                a = act(env, g)
+                obs, _, term, trunc, info = env.step(a)
                 steps += 1
+                if keep:
+                    kept.append((prompts[g], a, obs, info))
                 if term or trunc:
                     break
-                env.prompt()
+                prompts[g] = env.prompt()
     active = list(range(len(envs))) if order == "turn" else []
     while active:
         still = []
         for g in active:
             env = envs[g]
-            _, _, term, trunc, _ = env.step(act(env, g))
+            a = act(env, g)
+            obs, _, term, trunc, info = env.step(a)
             steps += 1
+            if keep:
+                kept.append((prompts[g], a, obs, info))
             if not (term or trunc):
-                env.prompt()
+                prompts[g] = env.prompt()
                 still.append(g)
         active = still
     for env in envs:
@@ -336,6 +346,14 @@ def section_overhead(args) -> list[str]:
         out.append(f"| {name} | {schedule} | {len(tasks)} | {n_b} | {env_t:.3f} | {total:.3f} | {100 * ov:.1f}% "
                    f"| {b:.3f} | {r:.3f} | {100 * ov_bare:.1f}% | {met} |")
         print(out[-1], file=sys.stderr, flush=True)
+        if kind == "oracle" and not args.quick:
+            # The same bare loop holding each turn's prompt, response, observation and info to the end, as the
+            # runner's turn records do: what is left between this and the runner is the runner's own code.
+            kept_b = float(np.median([_bare_loop(env_id, split, tasks, 0, mt, kind, order, keep=True)[0]
+                                      for _ in range(args.repeats)]))
+            out.append(f"| {name}: bare loop keeping the turn records (diagnostic) | {schedule} | {len(tasks)} "
+                       f"| {n_b} | | | | {kept_b:.3f} | {r:.3f} | {100 * (r / kept_b - 1):.1f}% | (diagnostic) |")
+            print(out[-1], file=sys.stderr, flush=True)
     return out + skipped
 
 
