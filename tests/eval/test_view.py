@@ -99,6 +99,8 @@ def browser():
 
 
 def test_view_page_in_headless_chromium(results, browser, tmp_path):
+    from playwright.sync_api import expect
+
     out = tmp_path / "report.html"
     assert main(["view", *map(str, results), "--out", str(out), "--title", "TextCraft <b>eval</b>"]) == 0
     page = browser.new_page()
@@ -131,7 +133,9 @@ def test_view_page_in_headless_chromium(results, browser, tmp_path):
     assert episode.locator(".turn").count() == 0  # built when opened
     episode.locator("summary").click()
     turns = episode.locator(".turn")
-    assert turns.count() == 4
+    # The transcript is built by the <details> "toggle" event, which the browser dispatches as a task after the
+    # click: wait for it (bounded by playwright's default 5 s) instead of reading the page at once.
+    expect(turns).to_have_count(4)
     first = turns.first
     assert first.locator("pre.response").text_content() == f"<think>{XSS}</think><action>get 1 oak logs</action>"
     assert "invalid action" in turns.nth(1).text_content()
@@ -144,7 +148,8 @@ def test_view_page_in_headless_chromium(results, browser, tmp_path):
     page.select_option("#f-outcome", "error")
     errored = page.locator("details.episode:not([hidden])").first
     errored.locator("summary").click()
-    assert "episode error (policy_error)" in errored.text_content() and XSS in errored.text_content()
+    expect(errored).to_contain_text("episode error (policy_error)")
+    assert XSS in errored.text_content()
     page.screenshot(path=str(tmp_path / "view.png"), full_page=True)
     assert (tmp_path / "view.png").stat().st_size > 10_000
     assert problems == []
