@@ -99,42 +99,41 @@ class _Slots:
         except Exception as e:  # noqa: BLE001 - every failure becomes a typed record; Ctrl-C and exit propagate
             return SlotResult(error=error_record(e, "reset"))
 
+    def _step_value(self, i: int, action: str) -> tuple:
+        """``(obs, reward, terminated, truncated, info, next prompt or None)``; raises what the env raises."""
+        env = self.envs[i]
+        obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
+        return obs, float(reward), bool(terminated), bool(truncated), info, None if done else env.prompt()
+
+    def _response(self, i: int, policy) -> str:
+        response = policy.act(self.envs[i], self.rngs[i])
+        if not isinstance(response, str):
+            raise TypeError(f"{policy!r} returned {type(response).__name__}, not str")
+        return response
+
     def step(self, i: int, action: str) -> SlotResult:
         try:
-            env = self.envs[i]
-            obs, reward, terminated, truncated, info = env.step(action)
-            done = terminated or truncated
-            return SlotResult((obs, float(reward), bool(terminated), bool(truncated), info,
-                               None if done else env.prompt()))
+            return SlotResult(self._step_value(i, action))
         except Exception as e:  # noqa: BLE001
             return SlotResult(error=error_record(e, "step"))
 
     def act(self, i: int, policy) -> SlotResult:
         try:
-            response = policy.act(self.envs[i], self.rngs[i])
-            if not isinstance(response, str):
-                raise TypeError(f"{policy!r} returned {type(response).__name__}, not str")
-            return SlotResult(response)
+            return SlotResult(self._response(i, policy))
         except Exception as e:  # noqa: BLE001
             return SlotResult(error=error_record(e, "policy"))
 
     def act_step(self, i: int, policy) -> SlotResult:
-        """A privileged policy's turn in one call (one round trip): ``(response, *step value)``.
-
-        ``act`` then ``step`` written out in one body: this is the per-turn call of every privileged-policy rollout,
-        and one result object instead of three is most of the runner's own cost per turn on a cheap env."""
-        env = self.envs[i]
+        """A privileged policy's turn in one call (one round trip): ``(response, *step value)``, as one result object
+        (the per-turn call of every privileged-policy rollout: on a cheap env, result objects are a visible share of
+        the runner's own cost)."""
         try:
-            response = policy.act(env, self.rngs[i])
-            if not isinstance(response, str):
-                raise TypeError(f"{policy!r} returned {type(response).__name__}, not str")
+            response = self._response(i, policy)
         except Exception as e:  # noqa: BLE001
             return SlotResult(error=error_record(e, "policy"))
         try:
-            obs, reward, terminated, truncated, info = env.step(response)
-            done = terminated or truncated
-            return SlotResult((response, obs, float(reward), bool(terminated), bool(truncated), info,
-                               None if done else env.prompt()))
+            return SlotResult((response, *self._step_value(i, response)))
         except Exception as e:  # noqa: BLE001
             return SlotResult(error=error_record(e, "step"))
 
