@@ -20,7 +20,7 @@ import pytest
 import estimators as E
 from estimators.configs import ConfigError
 
-from test_estimators_examples import D, batch
+from estimators_examples_kit import D, batch
 
 
 def _example():

@@ -31,6 +31,7 @@ need("bm25s", "uvicorn", "starlette")
 requests = pytest.importorskip("requests", reason="the trainers' clients use requests")
 
 import agentgym  # noqa: E402
+from agentgym.registration import get_entry  # noqa: E402
 from retrieval.server import RetrievalServer, ServerConfig  # noqa: E402
 
 
@@ -77,6 +78,13 @@ def verl_agent_search(session, url: str, query: str, topk: int = 3) -> str:
 
 
 # ---- fixtures ----------------------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def _no_proxy_for_loopback(monkeypatch):
+    """requests honours http_proxy even for 127.0.0.1; the server is local, so never go through a proxy."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
 @pytest.fixture(scope="module")
 def bm25():
     return small_bm25(300)
@@ -101,7 +109,8 @@ def test_search_r1_generation_client(server, bm25):
         assert text.strip() == format_passages(hits)  # WikiSearch shows exactly what Search-R1 shows
         assert text.startswith(f'Doc 1(Title: "{hits[0].passage.title}") {hits[0].passage.text}')
     # a turn where no rollout searched: Search-R1 posts an empty list and must get an empty result
-    assert requests.post(url, json={"queries": [], "topk": 3, "return_scores": True}).json() == {"result": []}
+    assert requests.post(url, json={"queries": [], "topk": 3, "return_scores": True},
+                         timeout=30).json() == {"result": []}
     assert search_r1_batch_search(url, [], 3) == []
     # an empty query is an ordinary search (BM25 finds nothing for it); the other queries are unaffected
     out = search_r1_batch_search(url, ["", qs[0]], 3)
@@ -111,7 +120,8 @@ def test_search_r1_generation_client(server, bm25):
 def test_search_r1_training_batch_of_2560_queries(server, bm25):
     """Search-R1's training config (train_batch_size 512 x n_agent 5) sends up to 2,560 queries in one request."""
     qs = (passage_queries(bm25, 40) * 64)[:2560]
-    r = requests.post(server.url + "/retrieve", json={"queries": qs, "topk": 3, "return_scores": True})
+    r = requests.post(server.url + "/retrieve", json={"queries": qs, "topk": 3, "return_scores": True},
+                      timeout=30)
     assert r.status_code == 200
     rows = r.json()["result"]
     want = [[h.id for h in row] for row in bm25.search(qs[:40], 3)]
@@ -129,12 +139,12 @@ def test_broken_queries_do_not_break_a_search_r1_batch(server, bm25):
     t = threading.Thread(target=lambda: other.setdefault("out", search_r1_batch_search(url, qs[2:], 3)))
     t.start()
     payload = requests.post(url, json={"queries": [qs[0], "\ud800 x", qs[1]], "topk": 3,
-                                       "return_scores": True}).json()
+                                       "return_scores": True}, timeout=30).json()
     t.join(30)
     assert [search_r1_passages2string(r) for r in payload["result"]][1] == ""
     assert [len(r) for r in payload["result"]] == [3, 0, 3] and payload["errors"][0]["index"] == 1
     assert other["out"] == [search_r1_passages2string(r) for r in requests.post(
-        url, json={"queries": qs[2:], "topk": 3, "return_scores": True}).json()["result"]]
+        url, json={"queries": qs[2:], "topk": 3, "return_scores": True}, timeout=30).json()["result"]]
 
 
 def test_verl_agent_singular_query_client(server, bm25):
@@ -165,10 +175,10 @@ def test_wiki_search_renders_search_r1_format_on_every_split(server):
         assert remote.step("<search>qqqzzzxxy</search>")[0] == "<information></information>"  # Search-R1's empty
         rendered = search_r1_batch_search(srv.url + "/retrieve", ["Mount Kilimanjaro in Africa"], 3)[0]
         assert obs == f"<information>{rendered.strip()}</information>"
-        try:
-            env = agentgym.make("WikiSearch-v0", split="bamboogle", retriever_url=srv.url)
-        except Exception as e:  # noqa: BLE001 - the staged question file may be absent
-            pytest.skip(f"bamboogle split unavailable: {e}")
+        ok, why = get_entry("WikiSearch-v0").split_available("bamboogle")
+        if not ok:
+            pytest.skip(f"bamboogle split unavailable: {why}")
+        env = agentgym.make("WikiSearch-v0", split="bamboogle", retriever_url=srv.url)
         env.reset(seed=0)
         obs = env.step(env.oracle_action())[0]
         assert obs.startswith('<information>Doc 1(Title: "')

@@ -50,6 +50,13 @@ utils = _verl_search_utils()
 from retrieval.server import RetrievalServer, ServerConfig  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _no_proxy_for_loopback(monkeypatch):
+    """requests honours http_proxy even for 127.0.0.1; the server is local, so never go through a proxy."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
 @pytest.fixture(scope="module")
 def bm25():
     return small_bm25(200)

@@ -361,7 +361,7 @@ def test_keep_alive_connections_have_tcp_nodelay(server, bm25):
         conn.close()
 
 
-def test_python_m_retrieval_serve_and_sigint(bm25, tmp_path):
+def test_python_m_retrieval_serve_and_sigint(bm25, tmp_path, wait_until):
     """`python -m retrieval serve` with the CLI's flags answers on 127.0.0.1 and stops gracefully on SIGINT."""
     import signal
     import subprocess
@@ -374,13 +374,15 @@ def test_python_m_retrieval_serve_and_sigint(bm25, tmp_path):
                                  "--max-queries", "8", "--omp-threads", "1", "--request-timeout", "5",
                                  "--idle-timeout", "5"], stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        url = None
-        while url is None and time.monotonic() < deadline and proc.poll() is None:
+        def served_url() -> str | None:
             for line in log.read_text().splitlines():
                 if " on http://" in line:
-                    url = line.split(" on ", 1)[1].split()[0]
-            time.sleep(0.1)
+                    return line.split(" on ", 1)[1].split()[0]
+            return None
+
+        wait_until(lambda: served_url() is not None or proc.poll() is not None, "the server to print its URL",
+                   timeout_s=60)
+        url = served_url()
         assert url, log.read_text()
         port = int(url.rsplit(":", 1)[1])
         q = _queries(bm25, 2)
