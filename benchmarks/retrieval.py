@@ -55,11 +55,6 @@ def shared(name: str) -> Path:
     sys.exit(f"staged data {name} not found: set AGENTGYM_SHARED_DATA")
 
 
-def pct(xs, q):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
-
-
 def timed(fn, repeat=1):
     best = []
     for _ in range(repeat):
@@ -209,14 +204,12 @@ def section_synthetic(n, dim, quick, lines):
                  "batch 64: q/s |")
     lines.append("|---|---|---:|---:|---:|---:|---:|")
     ncpu = os.cpu_count() or 1
-    built = {}
     for kind in ("flat", "ivf", "hnsw"):
         if quick and kind == "hnsw":
             continue
         t = time.perf_counter()
         idx = dense_from_vectors(corpus, kind, enc, x, IndexParams(nprobe=16, use_gpu=False))
         tb = time.perf_counter() - t
-        built[kind] = idx
         settings = ((BLAS_DEFAULT, ncpu), (20, ncpu), (20, 1)) if kind == "flat" else ((20, ncpu), (20, 1))
         for thr, threads in settings:
             faiss.cvar.distance_compute_blas_threshold = thr
@@ -233,7 +226,6 @@ def section_synthetic(n, dim, quick, lines):
                          f"{tb:.2f} | {1e3 * med:.2f} | {1 / med:.0f} | {512 / t64:.0f} |")
     faiss.omp_set_num_threads(ncpu)
     lines.append("")
-    return built["flat"], enc, corpus
 
 
 SERVER_CLIENTS = (1, 4, 16, 64)

@@ -20,7 +20,6 @@ import multiprocessing as mp
 import os
 import random
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 
@@ -189,7 +188,3 @@ class ServerProcess:
 
     def __exit__(self, *exc):
         self.stop()
-
-
-def python() -> str:
-    return sys.executable

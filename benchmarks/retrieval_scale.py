@@ -83,12 +83,11 @@ def _recall(ids, truth) -> float:
 
 
 def _set_nprobe(index, nprobe):
-    import faiss
+    from retrieval.index import _try_extract_ivf
 
-    try:
-        faiss.extract_index_ivf(index).nprobe = nprobe
-    except RuntimeError:
-        pass
+    ivf = _try_extract_ivf(index)
+    if ivf is not None:  # None: not an IVF index (Flat)
+        ivf.nprobe = nprobe
 
 
 def section_scale(n: int, cache: Path, lines: list[str], faiss_threads: int, progress=print) -> None:
@@ -105,18 +104,15 @@ def section_scale(n: int, cache: Path, lines: list[str], faiss_threads: int, pro
     limit_threads(faiss_threads)
     params = IndexParams(nlist=nlist, nprobe=nprobe, pq_m=m)
     params96 = IndexParams(nlist=nlist, nprobe=nprobe, pq_m=2 * m)
-    kinds = [("flat", "Flat (exact)", None, params), ("ivf", f"IVF{nlist},Flat", "ivf", params),
-             ("ivfpq", f"IVF{nlist},PQ{m}", "ivfpq", params), ("ivfpq", f"IVF{nlist},PQ{2 * m}", "ivfpq", params96),
-             ("opq", f"OPQ{m},IVF{nlist},PQ{m}", "opq", params)]
+    kinds = [("flat", "Flat (exact)", params), ("ivf", f"IVF{nlist},Flat", params),
+             ("ivfpq", f"IVF{nlist},PQ{m}", params), ("ivfpq", f"IVF{nlist},PQ{2 * m}", params96),
+             ("opq", f"OPQ{m},IVF{nlist},PQ{m}", params)]
     rows, truth = [], None
     path = cache / "scale-index.faiss"
-    for kind, label, spec, kparams in kinds:
+    for kind, label, kparams in kinds:
         progress(f"   {label}: build")
         t = time.perf_counter()
-        if spec is None:
-            index = faiss.IndexFlatIP(dim)
-        else:
-            index = _new_faiss_index(kind, dim, n, kparams, train)  # the package's own construction
+        index = _new_faiss_index(kind, dim, n, kparams, train)  # the package's own construction
         index.add(x)
         build = time.perf_counter() - t
         _set_nprobe(index, nprobe)

@@ -311,9 +311,7 @@ def section_overhead(args) -> list[str]:
               "TextCraft gen-depth2, text policy (batched prompts)"),
              ("TextCraft-v0", "gen-depth2", d2, 30, "text", "async",
               "TextCraft gen-depth2, text policy (dynamic batches)")]
-    if args.quick:
-        cases = cases[:2]
-    if args.overhead_cases == "oracle":
+    if args.quick or args.overhead_cases == "oracle":
         cases = cases[:2]
     # The same runner on envs whose steps cost more than TextCraft's (the cheapest env): its fixed per-turn cost
     # is then a smaller fraction. Task ids of the split, cycled to ``n`` episodes; each env's default turn cap.

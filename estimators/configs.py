@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 __all__ = [
     "ConfigError",
@@ -39,6 +39,16 @@ def _positive(cfg: Any, name: str, strict: bool = False) -> None:
 
 def config_keys(cls: type) -> list[str]:
     return [f.name for f in fields(cls)]
+
+
+def check_config_keys(cls: type, keys: Iterable[str], where: str, *, sort_valid: bool = False) -> None:
+    """Raise :class:`ConfigError` naming the ``keys`` that are not fields of config class ``cls`` (``where``: what
+    was called, for the message) and listing the valid ones (in field order, or sorted with ``sort_valid``)."""
+    valid = config_keys(cls)
+    unknown = sorted(set(keys) - set(valid))
+    if unknown:
+        raise ConfigError(f"unknown config key(s) {unknown} for {where}; valid keys: "
+                          f"{sorted(valid) if sort_valid else valid}")
 
 
 @dataclass(frozen=True)
@@ -127,11 +137,7 @@ class GiGPOConfig:
         base = dict(gamma=0.95, step_advantage_w=1.0, mode="mean_std_norm", invalid_action_penalty=0.1,
                     episode_stats="per_step", penalty_in_episode_term="per_row", penalty_in_step_returns="none",
                     episode_singleton="raw")
-        valid = {f.name for f in fields(cls)}
-        unknown = sorted(set(overrides) - valid)
-        if unknown:
-            raise ConfigError(f"unknown config key(s) {unknown} for {cls.__name__}.verl_agent(); valid keys: "
-                              f"{sorted(valid)}")
+        check_config_keys(cls, overrides, f"{cls.__name__}.verl_agent()", sort_valid=True)
         return cls(**{**base, **overrides})
 
 

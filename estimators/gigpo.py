@@ -7,6 +7,8 @@ with ``np.where`` to find its trajectory), and its ``build_step_group`` scans th
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from .batch import TrajectoryBatch
@@ -55,9 +57,9 @@ def step_returns(batch: TrajectoryBatch, gamma: float, kappa_inv: float, estimat
 
 def _normalize_with_stats(row_values: np.ndarray, row_labels: np.ndarray, stat_values: np.ndarray,
                           stat_labels: np.ndarray, n_labels: int, mode: str, ddof: int, delta: float,
-                          var_eps: float = 0.0, raw_singleton: bool = False) -> np.ndarray:
+                          var_eps: float = 0.0, singleton: Literal["zero", "raw"] = "zero") -> np.ndarray:
     """Normalize ``row_values`` with the mean/std of ``stat_values`` taken per label (singleton stats -> 0, or
-    the raw row value with ``raw_singleton``)."""
+    the raw row value with ``singleton="raw"``, as in :func:`group_normalize`)."""
     counts = np.bincount(stat_labels, minlength=n_labels).astype(np.float64)
     ref = np.zeros(n_labels)
     ref[stat_labels[::-1]] = stat_values[::-1]
@@ -70,7 +72,7 @@ def _normalize_with_stats(row_values: np.ndarray, row_labels: np.ndarray, stat_v
     else:
         var = np.bincount(stat_labels, weights=dev_s * dev_s, minlength=n_labels) / np.maximum(counts - ddof, 1.0)
         out = dev / (np.sqrt(var + var_eps)[row_labels] + delta)
-    if raw_singleton:  # verl-agent: mean 0, std 1 -> (x - 0) / (1 + delta) under mean_std_norm
+    if singleton == "raw":  # verl-agent: mean 0, std 1 -> (x - 0) / (1 + delta) under mean_std_norm
         single = row_values if mode == "mean_norm" else row_values / (1.0 + delta)
         return np.where(counts[row_labels] <= 1, single, out)
     return np.where(counts[row_labels] <= 1, 0.0, out)
@@ -89,14 +91,13 @@ def episode_term(batch: TrajectoryBatch, cfg: GiGPOConfig, estimator: str, ddof:
         score = R_rows - cfg.invalid_action_penalty * (~batch.valid_action).astype(np.float64)
     else:
         score = R_rows
-    raw = getattr(cfg, "episode_singleton", "zero") == "raw"
     if cfg.episode_stats == "per_step":
         return _normalize_with_stats(score, batch.group_index, score, batch.group_index, batch.n_groups,
-                                     cfg.mode, ddof, 1e-6, raw_singleton=raw)
+                                     cfg.mode, ddof, 1e-6, singleton=cfg.episode_singleton)
     # per trajectory: the statistic uses one score per trajectory (its first row, as verl-agent dedupes)
     first_rows = batch.canonical_order[batch.traj_start]
     return _normalize_with_stats(score, batch.group_index, score[first_rows], batch.traj_group, batch.n_groups,
-                                 cfg.mode, ddof, 1e-6, raw_singleton=raw)
+                                 cfg.mode, ddof, 1e-6, singleton=cfg.episode_singleton)
 
 
 def step_term(returns: np.ndarray, cluster: np.ndarray, n_clusters: int, mode: str, ddof: int = 1,

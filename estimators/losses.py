@@ -132,10 +132,9 @@ def compute_log_ratio(logprob: "torch.Tensor", old_logprob: "torch.Tensor", mask
     import torch
 
     mask = mask.bool()
-    raw = logprob - old_logprob
+    delta = logprob - old_logprob
     if ratio == "token":
-        return torch.clamp(raw, -20.0, 20.0)
-    delta = raw
+        return torch.clamp(delta, -20.0, 20.0)
     m = mask.to(delta.dtype)
     if ratio == "sequence":
         seq = (delta * m).sum(-1) / m.sum(-1).clamp(min=1.0)

@@ -61,10 +61,10 @@ def _outcome(batch: TrajectoryBatch, name: str, mode: str, cfg: OutcomeConfig) -
     if cfg.episode_stats == "per_step":
         # verl-agent: every step row is a member of its group's statistic (and RLOO leaves one row out)
         turn = group_normalize(R[batch.traj_index], batch.group_index, batch.n_groups, mode=mode,
-                               singleton="raw" if cfg.verl_compat else "zero") if batch.n_turns else np.zeros(0)
+                               singleton="raw" if cfg.verl_compat else "zero")
     else:
         a = trajectory_advantage(R, batch.traj_group, batch.n_groups, mode, verl_compat=cfg.verl_compat)
-        turn = a[batch.traj_index] if batch.n_turns else np.zeros(0)
+        turn = a[batch.traj_index]
     diags = {"frac_groups_all_equal": _all_equal_frac(R, batch.traj_group, batch.n_groups)}
     return finalize(batch, name, cfg, turn, diagnostics=diags)
 

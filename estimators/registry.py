@@ -7,12 +7,11 @@ and runs it; ``available()`` lists the names.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .batch import TrajectoryBatch
-from .configs import ConfigError
+from .configs import ConfigError, check_config_keys
 from .result import AdvantageResult
 
 __all__ = ["register", "compute_advantage", "available", "get_estimator", "make_config", "EstimatorSpec",
@@ -69,10 +68,7 @@ def make_config(name: str, **config: Any) -> Any:
             known = sorted(p for n, p in PRESETS if n == name)
             raise ConfigError(f"estimator {name!r} has no preset {preset!r}; presets: {known or 'none'}")
         return getattr(spec.config_cls, method)(**config)
-    valid = [f.name for f in dataclasses.fields(spec.config_cls)]
-    unknown = sorted(set(config) - set(valid))
-    if unknown:
-        raise ConfigError(f"unknown config key(s) {unknown} for estimator {name!r}; valid keys: {valid}")
+    check_config_keys(spec.config_cls, config, f"estimator {name!r}")
     return spec.config_cls(**config)
 
 

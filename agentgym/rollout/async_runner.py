@@ -53,23 +53,20 @@ class DynamicBatcher:
     """Batches the items submitted while the event loop is busy: ``await submit(item)`` returns ``item``'s result.
 
     A batch starts once every task that was ready has run (``loop.call_soon``), so items submitted in the same loop
-    iteration travel together; it holds at most ``max_batch`` items, and at most ``max_inflight`` batches run at
-    once (``await run_batch(items) -> one result per item``). Items that arrive while the batches are running wait
-    for the next one. An exception from ``run_batch`` is raised to every submitter of that batch.
+    iteration travel together; it holds at most ``max_batch`` items, and one batch runs at a time
+    (``await run_batch(items) -> one result per item``). Items that arrive while a batch is running wait for the
+    next one. An exception from ``run_batch`` is raised to every submitter of that batch.
     """
 
-    def __init__(self, run_batch: Callable[[list], Awaitable[Sequence]], max_batch: int | None = None,
-                 max_inflight: int = 1):
+    def __init__(self, run_batch: Callable[[list], Awaitable[Sequence]], max_batch: int | None = None):
         if max_batch is not None and max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self._run_batch = run_batch
         self.max_batch = max_batch
-        self.max_inflight = max(1, int(max_inflight))
         self._waiting: list[tuple[Any, asyncio.Future]] = []
-        self._inflight = 0
+        self._busy = False  # a batch is running
         self._scheduled = False
         self._tasks: set[asyncio.Task] = set()
-        self.batch_sizes: list[int] = []  # one entry per batch run (for tests and diagnostics)
 
     async def submit(self, item):
         loop = asyncio.get_running_loop()
@@ -79,17 +76,16 @@ class DynamicBatcher:
         return await fut
 
     def _schedule(self, loop) -> None:
-        if not self._scheduled and self._waiting and self._inflight < self.max_inflight:
+        if not self._scheduled and self._waiting and not self._busy:
             self._scheduled = True
             loop.call_soon(self._flush, loop)
 
     def _flush(self, loop) -> None:
         self._scheduled = False
-        while self._waiting and self._inflight < self.max_inflight:
+        if self._waiting and not self._busy:
             n = len(self._waiting) if self.max_batch is None else min(self.max_batch, len(self._waiting))
             batch, self._waiting = self._waiting[:n], self._waiting[n:]
-            self._inflight += 1
-            self.batch_sizes.append(n)
+            self._busy = True
             task = loop.create_task(self._run(batch, loop))
             self._tasks.add(task)
             task.add_done_callback(self._done)
@@ -113,7 +109,7 @@ class DynamicBatcher:
                 if not fut.done():
                     fut.set_result(r)
         finally:
-            self._inflight -= 1
+            self._busy = False
             self._schedule(loop)
 
 

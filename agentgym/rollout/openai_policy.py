@@ -167,7 +167,6 @@ class OpenAIPolicy:
         self.transport = "urllib" if config.transport == "urllib" or not aiohttp_available() else "aiohttp"
         self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> _LoopClient
         self._bg: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None  # for the batched call
-        self.in_flight = 0  # requests sent and not answered (all loops)
 
     def __repr__(self) -> str:
         return f"OpenAIPolicy(model={self.config.model!r}, base_url={self.config.base_url!r})"
@@ -321,17 +320,11 @@ class OpenAIPolicy:
             try:
                 async with state.slots:
                     t0 = time.perf_counter()
-                    self.in_flight += 1
-                    try:
-                        payload = await self._apost(state.client, data)
-                    finally:
-                        self.in_flight -= 1
+                    payload = await self._apost(state.client, data)
                     latency = time.perf_counter() - t0
                 return self._parse(payload, latency=latency, attempts=attempt, total=time.perf_counter() - t_start)
             except _Retryable as e:
                 last = e
-            except (asyncio.TimeoutError, TimeoutError):
-                last = _Retryable(f"timed out after {c.timeout_s}s")
             except PolicyRequestError as e:
                 e.attempts, e.latency_s = attempt, time.perf_counter() - t_start
                 return e
@@ -358,17 +351,7 @@ class OpenAIPolicy:
             raise _Retryable(f"timed out after {self.config.timeout_s}s ({type(e).__name__})") from None
         except aiohttp.ClientError as e:  # refused, reset, closed mid-answer
             raise _Retryable(f"connection failed: {type(e).__name__}: {e}") from None
-        if not 200 <= status < 300:
-            body = raw[:300].decode("utf-8", "replace").strip()
-            detail = f": {body}" if body else ""
-            if status in RETRYABLE_STATUS:
-                raise _Retryable(f"HTTP {status}{detail}", status, _retry_after(headers))
-            raise PolicyRequestError(f"{self.url}: HTTP {status}{detail} (not retried)", status=status)
-        try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise PolicyRequestError(f"{self.url}: unreadable JSON answer ({e}): {raw[:200]!r}",
-                                     status=status) from None
+        return _check_answer(self.url, status, raw, headers)
 
     def _backoff(self, attempt: int, err: "_Retryable") -> float:
         """Exponential backoff with jitter (concurrent retries must not hit a rate limit in lockstep), at least the
@@ -383,12 +366,9 @@ class OpenAIPolicy:
         req = urllib.request.Request(self.url, data=data, headers=self._headers(), method="POST")
         try:
             with urlopen(req, timeout=self.config.timeout_s) as resp:
-                raw, status = resp.read(), resp.status
-        except urllib.error.HTTPError as e:
-            detail = _error_detail(e)
-            if e.code in RETRYABLE_STATUS:
-                raise _Retryable(f"HTTP {e.code}{detail}", e.code, _retry_after(e.headers)) from None
-            raise PolicyRequestError(f"{self.url}: HTTP {e.code}{detail} (not retried)", status=e.code) from None
+                status, raw, headers = resp.status, resp.read(), resp.headers
+        except urllib.error.HTTPError as e:  # a non-2xx answer: checked below, like any other
+            status, raw, headers = e.code, _error_body(e), e.headers
         except (TimeoutError, socket.timeout) as e:
             raise _Retryable(f"timed out after {self.config.timeout_s}s ({e})") from None
         except urllib.error.URLError as e:
@@ -397,11 +377,7 @@ class OpenAIPolicy:
             raise _Retryable(f"connection failed: {e.reason}") from None
         except (ConnectionError, HTTPException, OSError) as e:
             raise _Retryable(f"connection failed: {type(e).__name__}: {e}") from None
-        try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise PolicyRequestError(f"{self.url}: unreadable JSON answer ({e}): {raw[:200]!r}",
-                                     status=status) from None
+        return _check_answer(self.url, status, raw, headers)
 
     def _parse(self, payload: dict, *, latency: float, attempts: int, total: float) -> PolicyResponse:
         try:
@@ -441,9 +417,25 @@ def _retry_after(headers) -> float | None:
     return max(0.0, when.timestamp() - time.time()) if when is not None else None
 
 
-def _error_detail(e: urllib.error.HTTPError) -> str:
+def _error_body(e: urllib.error.HTTPError) -> bytes:
+    """The body of an HTTP error answer, or ``b""`` when it cannot be read (it only goes into the message)."""
     try:
-        body = e.read()[:300].decode("utf-8", "replace").strip()
+        return e.read()
     except Exception:  # noqa: BLE001 - the detail is only for the message
-        body = ""
-    return f": {body}" if body else ""
+        return b""
+
+
+def _check_answer(url: str, status: int, raw: bytes, headers) -> dict:
+    """One HTTP answer (either transport) -> its decoded JSON body. A non-2xx status raises :class:`_Retryable`
+    (``RETRYABLE_STATUS``, with ``Retry-After``) or :class:`PolicyRequestError` (not retried), the message carrying
+    the body's first 300 bytes; an unreadable body raises :class:`PolicyRequestError`."""
+    if not 200 <= status < 300:
+        body = raw[:300].decode("utf-8", "replace").strip()
+        detail = f": {body}" if body else ""
+        if status in RETRYABLE_STATUS:
+            raise _Retryable(f"HTTP {status}{detail}", status, _retry_after(headers))
+        raise PolicyRequestError(f"{url}: HTTP {status}{detail} (not retried)", status=status)
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PolicyRequestError(f"{url}: unreadable JSON answer ({e}): {raw[:200]!r}", status=status) from None

@@ -210,14 +210,14 @@ def collect_groups(env_id: str, tasks: Sequence[Any], group_size: int, policy: P
         stats.total = n
     if schedule == "lockstep" and pool is not None and pool.size < n:
         raise ValueError(f"the pool has {pool.size} slots for {n} episodes (the async schedule can reuse slots)")
+    if n == 0:
+        return RolloutResult(trajectories=[], batch=None)
     size = n if schedule == "lockstep" else min(n, max_active or n)
-    own = pool is None and n > 0
+    own = pool is None
     if own:
         pool = make_pool(env_factory(env_id, env_kwargs, max_turns), size, workers, backend=backend, address=address)
     try:
-        if n == 0:
-            pass
-        elif schedule == "lockstep":
+        if schedule == "lockstep":
             _play(pool, list(trajs), policy, on_trajectory, pseeds, stats, on_progress)
         else:
             from .async_runner import play_async
@@ -248,7 +248,7 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds, stats=No
     started = time.perf_counter()
     last_tick = time.monotonic()
 
-    def _finish(t: Trajectory, on_trajectory) -> None:
+    def _finish(t: Trajectory) -> None:
         finish_trajectory(t, on_trajectory, stats, started)
 
     if stats is not None:
@@ -258,7 +258,7 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds, stats=No
     for t, res in zip(trajs, resets):
         if res.error is not None:
             t.error = res.error
-            _finish(t, on_trajectory)
+            _finish(t)
             continue
         obs, info, prompt, meta = res.value
         t.task_id, t.meta, t.first_observation = info["task_id"], dict(meta), obs
@@ -282,7 +282,7 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds, stats=No
                     stats.answer(r)
             for t in active:
                 if t.error is not None:
-                    _finish(t, on_trajectory)
+                    _finish(t)
             active = [t for t in active if t.error is None]
             # Plain str over the wire: a PolicyResponse's usage stays here, in the turn record.
             sent = [(t, responses[t.traj_id]) for t in active]
@@ -291,7 +291,7 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds, stats=No
         for (t, resp), res in zip(sent, steps):
             if res.error is not None:
                 t.error = res.error
-                _finish(t, on_trajectory)
+                _finish(t)
                 continue
             tid = t.traj_id
             if resp is None:  # act_step: the response comes first
@@ -303,7 +303,7 @@ def _play(pool, trajs: list[Trajectory], policy, on_trajectory, pseeds, stats=No
                                       resp if type(resp) is str else str(resp), obs, reward, terminated, truncated,
                                       info, getattr(resp, "usage", None)))
             if terminated or truncated:
-                _finish(t, on_trajectory)
+                _finish(t)
             else:
                 prompts[tid], last_info[tid] = next_prompt, info
                 still.append(t)
