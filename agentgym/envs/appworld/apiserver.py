@@ -25,8 +25,7 @@ routes ``/dbs``, ``/date_time``, ``/seed``... -- are not in it) and forks, per r
     another way: the agent's process holds no database, no model and no handle of this process.
   - the parent's JSON-lines requests (``{"id": nonce, "op": ...}``): ``completed`` -> ``{"completed": bool}``
     (AppWorld's ``task_completed``, asked here, never of the agent's process); ``save`` -> writes the world's
-    changes in AppWorld's own format (``AppWorld._save_state``) to ``state_dir`` -> ``{"api_calls": {app: n}}``;
-    ``stats`` -> ``{"api_calls": {...}}``.
+    changes in AppWorld's own format (``AppWorld._save_state``) to ``state_dir`` -> ``{"api_calls": {app: n}}``.
 
 * **an evaluator** (``role`` ``evaluate``, ``job``): :func:`evaluator.evaluate_job` in a fresh process, one result
   line, exit.
@@ -156,8 +155,6 @@ def serve_api(world, client, routes, msg, parent_in, parent_out, sock, channel):
             return {"completed": bool(world.task_completed())}
         if op == "save":
             world._save_state(msg["state_dir"])
-            return {"api_calls": dict(calls)}
-        if op == "stats":
             return {"api_calls": dict(calls)}
         raise ValueError(f"unknown op {op!r}")
 

@@ -204,8 +204,7 @@ class AppWorldEnv(AgentEnv):
         world, _, _ = self._paths()
         return WorkerSpec(python=str(self.install.python), world_data=world,
                           scratch_dir=str(self.install.scratch_dir), limits=self.limits,
-                          max_interactions=self.max_interactions, use_bwrap=self.sandbox_report.bwrap,
-                          allowed_missing=self._allowed_missing)
+                          use_bwrap=self.sandbox_report.bwrap, allowed_missing=self._allowed_missing)
 
     def _drop_worker(self) -> None:
         """Kill the current worker and API process and delete the API process's workspace (one episode per

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import AgentGymError, EnvCrashError, EpisodeTimeoutError
+from .forkserver import MAX_CONTROL_BYTES
 from .sandbox import (LAYERS, SandboxLimits, SandboxUnavailableError, rlimits, scrubbed_env, server_command,
                       zygote_command, zygote_config)
 
@@ -64,7 +65,6 @@ EXPERIMENT = "agentgym"
 #: the longest protocol line a child may write (a cell's output included)
 MAX_LINE_BYTES = 32 * 1024**2
 _CONTROL_TIMEOUT = 60.0
-_CONTROL_BYTES = 1 << 22
 
 
 class EvaluationError(AgentGymError, RuntimeError):
@@ -180,7 +180,7 @@ class _Server:
     def _recv_one(self, timeout: float, what: str) -> dict:
         self.sock.settimeout(timeout)
         try:
-            data = self.sock.recv(_CONTROL_BYTES)
+            data = self.sock.recv(MAX_CONTROL_BYTES)
         except socket.timeout:
             self.close()
             raise EpisodeTimeoutError(f"the AppWorld {self.name} did not answer {what} within {timeout:.0f}s") \
@@ -311,7 +311,6 @@ class WorkerSpec:
         world_data: the ``data`` tree the API process loads a task's world from (never a ``ground_truth`` folder).
         scratch_dir: where per-process workspaces of the trusted side are made.
         limits: the sandbox limits.
-        max_interactions: AppWorld's own cap on the cells a world executes.
         use_bwrap: start the zygote in bubblewrap (:func:`.sandbox.probe` says whether it works here).
         allowed_missing: sandbox layers that may be missing (the env's ``unsafe``); a worker missing another one is
             refused before it sees any code.
@@ -321,7 +320,6 @@ class WorkerSpec:
     world_data: str
     scratch_dir: str
     limits: SandboxLimits = SandboxLimits()
-    max_interactions: int = 1000
     use_bwrap: bool = True
     allowed_missing: frozenset = field(default_factory=frozenset)
 
@@ -484,7 +482,7 @@ class Worker(_Child):
         self.ready_seconds: float | None = None
         zygote = get_zygote(spec.python, spec.scratch_dir, spec.use_bwrap, spec.limits)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        limits = {k: v for k, v in rlimits(spec.limits).items()}
+        limits = rlimits(spec.limits)
         try:
             self._start_child(zygote, {"workspace_bytes": spec.limits.workspace_bytes, "limits": limits},
                               (theirs.fileno(),))
@@ -565,7 +563,7 @@ class ApiProcess(_Child):
         #: where the API process saves the world's state for the evaluator (built here, never asked of anyone)
         self.state_dir = os.path.join(self.workspace, "state", "dbs")
         server = get_server(spec.python, spec.scratch_dir, spec.limits.start_seconds)
-        limits = {k: v for k, v in rlimits(spec.limits).items() if k != "RLIMIT_NPROC"}
+        limits = rlimits(spec.limits, nproc=False)
         msg = {"role": "apis", "task_id": task_id, "experiment": EXPERIMENT, "world_data": spec.world_data,
                "workspace": self.workspace, "state_dir": self.state_dir, "limits": limits,
                "max_requests": spec.limits.max_api_requests, "max_request_bytes": spec.limits.max_api_request_bytes}
@@ -742,7 +740,7 @@ def run_evaluator(python: str, full_data: str, manifest: str | None, task_id: st
     rid = secrets.token_hex(16)
     job = {"full_data": full_data, "manifest": manifest, "task_id": task_id, "output_dbs": output_dbs,
            "scratch": scratch}
-    limits = {k: v for k, v in rlimits(SandboxLimits()).items() if k != "RLIMIT_NPROC"}
+    limits = rlimits(SandboxLimits(), nproc=False)
     try:
         pid, _, resp_r = server.fork({"role": "evaluate", "id": rid, "workspace": scratch, "job": job,
                                       "limits": limits}, stdin=False)

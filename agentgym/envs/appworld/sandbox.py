@@ -332,10 +332,14 @@ def scrubbed_env(home: str) -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8", "TZ": "UTC", "PYTHONHASHSEED": "0"}
 
 
-def rlimits(limits: SandboxLimits) -> dict[str, int]:
-    """The rlimits of a worker, by ``resource`` name (computed now, in the parent)."""
-    return {"RLIMIT_AS": limits.memory_bytes, "RLIMIT_CPU": limits.cpu_seconds, "RLIMIT_FSIZE": limits.file_bytes,
-            "RLIMIT_NOFILE": limits.open_files, "RLIMIT_CORE": 0, "RLIMIT_NPROC": _user_tasks() + limits.processes}
+def rlimits(limits: SandboxLimits, nproc: bool = True) -> dict[str, int]:
+    """The rlimits of a worker, by ``resource`` name (computed now, in the parent); ``nproc=False`` leaves out
+    ``RLIMIT_NPROC`` (and the scan of ``/proc`` it takes)."""
+    out = {"RLIMIT_AS": limits.memory_bytes, "RLIMIT_CPU": limits.cpu_seconds, "RLIMIT_FSIZE": limits.file_bytes,
+           "RLIMIT_NOFILE": limits.open_files, "RLIMIT_CORE": 0}
+    if nproc:
+        out["RLIMIT_NPROC"] = _user_tasks() + limits.processes
+    return out
 
 
 def _user_tasks() -> int:

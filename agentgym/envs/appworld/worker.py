@@ -545,7 +545,6 @@ def prepare_appworld():
 
     import appworld.collections.apis as apis_module
     import appworld.requester as requester_module
-    from appworld.apps.api_lib import set_local_date_and_time
     from appworld.common.safety_guard import SafetyGuard
     from appworld.common.utils import GCThreshold
     from appworld.environment import AppWorld
@@ -563,8 +562,7 @@ def prepare_appworld():
     requester_module._get_api_name_to_doc = lambda app_name, include_private_apis=False: table.get(app_name, {})
     apis_module.get_name_to_apis = lambda app_name, ignore_private_apis=True: dict.fromkeys(table.get(app_name, {}))
     _APPWORLD.update(AppWorld=AppWorld, SafetyGuard=SafetyGuard, GCThreshold=GCThreshold, Config=Config,
-                     InteractiveShellEmbed=InteractiveShellEmbed, set_local_date_and_time=set_local_date_and_time,
-                     httpx=httpx, table=table)
+                     InteractiveShellEmbed=InteractiveShellEmbed, httpx=httpx, table=table)
     import _posixsubprocess  # noqa: F401 - imported now, so that the refusal below replaces the module's function
 
     _refuse_unaudited_spawning()

@@ -96,7 +96,14 @@ def _extract_call(obj: Any) -> tuple[Any, Any, str | None]:
             return obj["name"], None, f"the arguments string is not valid JSON: {e.msg} (at char {e.pos})"
         except RecursionError:
             return obj["name"], None, "the arguments string is not valid JSON: nested too deeply"
-    return obj["name"], args, None
+    name = obj["name"]
+    if not isinstance(name, str):
+        return name, args, f"the tool name must be a string, got {json.dumps(name, default=str)}"
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        return name, args, f"the arguments of {name} must be a JSON object, got {type(args).__name__}"
+    return name, args, None
 
 
 def _message_to_text(msg: dict) -> str | None:
@@ -246,12 +253,6 @@ class TauAirlineEnv(AgentEnv):
         except RecursionError:
             return self._bad_call("the tool call is not valid JSON: nested too deeply")
         name, args, problem = _extract_call(obj)
-        if problem is None and not isinstance(name, str):
-            problem = f"the tool name must be a string, got {json.dumps(name, default=str)}"
-        if problem is None and args is None:
-            args = {}
-        if problem is None and not isinstance(args, dict):
-            problem = f"the arguments of {name} must be a JSON object, got {type(args).__name__}"
         if problem is not None:
             return self._bad_call(problem, name if isinstance(name, str) else None)
         result = call_tool(self.db, name, args, think=self.think_tool)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 __all__ = ["Scenario", "Draft", "SCENARIOS", "register", "generated_specs", "level_of", "SUPERVISOR", "DATETIME",
-           "login", "PEOPLE"]
+           "login", "PEOPLE", "ANSWER_ONLY"]
 
 #: the supervisor of every generated task (the static tasks' common.json names the same person)
 SUPERVISOR = {"first_name": "Morgan", "last_name": "Reyes", "email": "morgan.reyes@example.com",
@@ -122,6 +122,16 @@ def login(*apps: str) -> str:
         lines.append(f"tokens[{app!r}] = apis.{app}.login(username={user}, password=passwords[{app!r}])"
                      "['access_token']")
     return "\n".join(lines)
+
+
+#: the evaluation of a task whose whole job is its answer: the answer is right and no app changed
+ANSWER_ONLY = '''
+def evaluate(test, public_data, private_data, main_user, models, ground_truth_answer):
+    with test("the answer is right"):
+        test.answer(models.end.supervisor.Task.all()[0].answer, ground_truth_answer)
+    with test("nothing changed in any app (collateral damage)"):
+        test.case(models.changed_model_names(), "==", set())
+'''
 
 
 def generated_specs() -> list[tuple[Scenario, int, Draft]]:

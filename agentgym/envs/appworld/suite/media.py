@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from . import Draft, Scenario, login, register
+from . import ANSWER_ONLY, Draft, Scenario, login, register
 
 _ARTISTS = ["The Paper Kites", "Nova Lane", "Echo Harbor", "Marisol Vega", "Blue Ember", "Kite Theory", "Lumen Drift",
             "Orchid Arcade", "Static Bloom", "June Avenue"]
@@ -131,13 +131,7 @@ def _count(rng: random.Random, n: int) -> Draft:
         seed=seed, public_data={"playlist": target}, answer=answer)
 
 
-register(Scenario("gspotcount", ("spotify",), 1, "gen-dev", evaluation='''
-def evaluate(test, public_data, private_data, main_user, models, ground_truth_answer):
-    with test("the answer is right"):
-        test.answer(models.end.supervisor.Task.all()[0].answer, ground_truth_answer)
-    with test("nothing changed in any app (collateral damage)"):
-        test.case(models.changed_model_names(), "==", set())
-''', draw=_count))
+register(Scenario("gspotcount", ("spotify",), 1, "gen-dev", evaluation=ANSWER_ONLY, draw=_count))
 
 
 HOME = "/home/morgan/"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from . import Draft, Scenario, login, register
+from . import ANSWER_ONLY, Draft, Scenario, login, register
 
 _TITLES = ["Grocery run", "Book club picks", "Trip to Lisbon", "Team offsite", "Garden plan", "Tax documents",
            "Birthday ideas", "Piano practice", "Marathon training", "Wedding checklist", "Car service", "Podcast list",
@@ -114,15 +114,7 @@ def _last(rng: random.Random, n: int) -> Draft:
         seed={"simple_note.Note": notes}, public_data={"tag": tag}, answer=answer)
 
 
-_ANSWER_ONLY = '''
-def evaluate(test, public_data, private_data, main_user, models, ground_truth_answer):
-    with test("the answer is right"):
-        test.answer(models.end.supervisor.Task.all()[0].answer, ground_truth_answer)
-    with test("nothing changed in any app (collateral damage)"):
-        test.case(models.changed_model_names(), "==", set())
-'''
-
-register(Scenario("gnotelast", ("simple_note",), 1, "gen-dev", evaluation=_ANSWER_ONLY, draw=_last))
+register(Scenario("gnotelast", ("simple_note",), 1, "gen-dev", evaluation=ANSWER_ONLY, draw=_last))
 
 
 def _clean(rng: random.Random, n: int) -> Draft:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from . import PEOPLE, Draft, Scenario, login, register
+from . import ANSWER_ONLY, PEOPLE, Draft, Scenario, login, register
 from .money import users
 
 _MESSAGES = ["Running 10 minutes late", "Dinner at 7?", "Can you call me back?", "Happy birthday!",
@@ -115,13 +115,7 @@ def _number(rng: random.Random, n: int) -> Draft:
         seed=seed, public_data={"name": who.name}, answer=who.phone_number)
 
 
-register(Scenario("gphonenum", ("phone",), 1, "gen-dev", evaluation='''
-def evaluate(test, public_data, private_data, main_user, models, ground_truth_answer):
-    with test("the answer is right"):
-        test.answer(models.end.supervisor.Task.all()[0].answer, ground_truth_answer)
-    with test("nothing changed in any app (collateral damage)"):
-        test.case(models.changed_model_names(), "==", set())
-''', draw=_number))
+register(Scenario("gphonenum", ("phone",), 1, "gen-dev", evaluation=ANSWER_ONLY, draw=_number))
 
 
 def _clean_texts(rng: random.Random, n: int) -> Draft:

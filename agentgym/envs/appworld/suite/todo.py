@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from . import Draft, Scenario, login, register
+from . import ANSWER_ONLY, Draft, Scenario, login, register
 
 _PROJECTS = ["Home", "Work", "Garden", "Errands", "Fitness", "Side project", "Travel", "Finances", "Kitchen", "School"]
 _TASKS = ["Fix the shelf", "Clean the oven", "Call the landlord", "Write the report", "Review the budget",
@@ -89,13 +89,7 @@ def _high_count(rng: random.Random, n: int) -> Draft:
         public_data={"project": projects[p - 1]["name"]}, answer=answer)
 
 
-register(Scenario("gtodohigh", ("todoist",), 1, "gen-train", evaluation='''
-def evaluate(test, public_data, private_data, main_user, models, ground_truth_answer):
-    with test("the answer is right"):
-        test.answer(models.end.supervisor.Task.all()[0].answer, ground_truth_answer)
-    with test("nothing changed in any app (collateral damage)"):
-        test.case(models.changed_model_names(), "==", set())
-''', draw=_high_count))
+register(Scenario("gtodohigh", ("todoist",), 1, "gen-train", evaluation=ANSWER_ONLY, draw=_high_count))
 
 
 def _prio(rng: random.Random, n: int) -> Draft:
