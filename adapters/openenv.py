@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from agentgym.errors import MissingDependencyError, error_record
+from agentgym.net import open_direct
 
 try:
     import uvicorn
@@ -269,7 +270,7 @@ class _Session:
 # ---- env calls (they run in the session's own thread) -------------------------------------------------------------
 def _reset_call(env, seed: int | None, options: dict | None) -> dict[str, Any]:
     obs, info = env.reset(seed=seed, options=options)
-    ob = AgentGymObservation(text=obs, prompt=env.prompt(), info=_jsonable(info), terminated=False, truncated=False)
+    ob = AgentGymObservation(text=obs, prompt=env.prompt(), info=_jsonable(info))
     return {"observation": ob.model_dump(exclude={"reward", "done"}), "reward": None, "done": False}
 
 
@@ -277,7 +278,7 @@ def _step_call(env, action) -> dict[str, Any]:
     obs, reward, terminated, truncated, info = env.step(action)
     done = bool(terminated or truncated)
     ob = AgentGymObservation(text=obs, prompt=env.prompt(), info=_jsonable(info), terminated=bool(terminated),
-                             truncated=bool(truncated), done=done, reward=float(reward))
+                             truncated=bool(truncated))
     return {"observation": ob.model_dump(exclude={"reward", "done"}), "reward": float(reward), "done": done}
 
 
@@ -329,8 +330,7 @@ class AgentGymServer:
                     task_ids = list(env.task_ids()) if hasattr(env, "task_ids") else None
                 except TaskError:
                     task_ids = None  # unbounded
-                self._probe = {"identity": _jsonable(env.run_identity()), "task_ids": task_ids,
-                               "env_type": type(env).__name__}
+                self._probe = {"identity": _jsonable(env.run_identity()), "task_ids": task_ids}
             finally:
                 env.close()
         return self._probe
@@ -487,9 +487,10 @@ class AgentGymServer:
 
     # ---- stateless HTTP -------------------------------------------------------------------------------------------
     async def stateless(self, req: ResetRequest, action: Any = None) -> dict[str, Any]:
-        """``POST /reset`` (``action`` None) or ``POST /step``: a fresh env, reset, stepped at most once, closed."""
+        """``POST /reset`` (``action`` None) or ``POST /step``: a fresh env, reset, stepped at most once, closed.
+        Raises :class:`CapacityError` when ``max_sessions`` requests are already in flight."""
         if self._stateless_slots.locked():
-            raise HTTPException(503, f"server at capacity ({self.config.max_sessions} requests in flight)")
+            raise CapacityError(f"server at capacity ({self.config.max_sessions} requests in flight)")
         options = _reset_options(req)
         async with self._stateless_slots:
             env = await self._call(None, "make", self.make_env)
@@ -601,6 +602,8 @@ def create_app(server: AgentGymServer) -> FastAPI:
     async def _stateless(request: ResetRequest, action: Any = None) -> dict[str, Any]:
         try:
             data = await server.stateless(request, action)
+        except CapacityError as e:
+            raise HTTPException(503, str(e)) from None
         except EnvCallError as e:
             raise HTTPException(504 if e.timed_out else 500, {"message": str(e), "code": EXECUTION_ERROR,
                                                               "error": e.record}) from None
@@ -838,10 +841,7 @@ class LocalServer:
 
     def get(self, path: str, timeout_s: float = 10.0) -> Any:
         """``GET url + path`` as JSON (loopback: never through a proxy)."""
-        import urllib.request
-
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        with opener.open(self.url + path, timeout=timeout_s) as r:
+        with open_direct(self.url + path, timeout=timeout_s) as r:
             return json.loads(r.read())
 
     def _wait_healthy(self, deadline: float) -> None:

@@ -41,10 +41,19 @@ from .parsing import ParsedAction, parse_first_tag
 from .prompts import PromptTemplate
 from .spaces import UnicodeText
 
-__all__ = ["AgentEnv", "StepInfo", "StepOutcome", "INFO_TYPES", "NO_ACTION_KEY"]
+__all__ = ["AgentEnv", "StepInfo", "StepOutcome", "INFO_TYPES", "NO_ACTION_KEY", "RULES", "check_rules"]
 
 #: ``info["action_key"]`` on reset, before any action.
 NO_ACTION_KEY = 0
+#: The rule sets an env that plays a benchmark may offer: the canonical benchmark's own, or agentgym's friendlier
+#: reading (each env's docstring says what differs).
+RULES = ("canonical", "lenient")
+
+
+def check_rules(rules: str | None) -> None:
+    """Raise ``ValueError`` unless ``rules`` is None (the split's default) or one of :data:`RULES`."""
+    if rules is not None and rules not in RULES:
+        raise ValueError(f"rules must be one of {RULES}, got {rules!r}")
 
 
 class StepInfo(TypedDict):

@@ -14,7 +14,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-__all__ = ["urlopen", "is_loopback_url"]
+__all__ = ["urlopen", "open_direct", "is_loopback_url"]
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxies, whatever the environment says
 
@@ -28,6 +28,11 @@ def is_loopback_url(url: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def open_direct(request: urllib.request.Request | str, timeout: float) -> Any:
+    """Open ``request`` (a Request or a URL) directly, never through a proxy, whatever the host."""
+    return _DIRECT.open(request, timeout=timeout)
 
 
 def urlopen(request: urllib.request.Request, timeout: float) -> Any:

@@ -98,18 +98,19 @@ def json_depth(raw: bytes) -> int:
     return int(np.cumsum(steps).max(initial=0))
 
 
-def _parse_int(s: str) -> int:
+def _check_number_length(s: str) -> str:
     if len(s) > MAX_NUMBER_CHARS:
         raise ProtocolError(f"a number in the body has {len(s)} characters; at most {MAX_NUMBER_CHARS} are "
                             "accepted", 400)
-    return int(s)
+    return s
+
+
+def _parse_int(s: str) -> int:
+    return int(_check_number_length(s))
 
 
 def _parse_float(s: str) -> float:
-    if len(s) > MAX_NUMBER_CHARS:
-        raise ProtocolError(f"a number in the body has {len(s)} characters; at most {MAX_NUMBER_CHARS} are "
-                            "accepted", 400)
-    return float(s)
+    return float(_check_number_length(s))
 
 
 def _parse_constant(s: str):

@@ -258,8 +258,9 @@ def _is_json_type(content_type: str) -> bool:
     return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
 
 
-def build_app(server: "RetrievalServer"):
-    """The Starlette app of ``server`` (routes, JSON errors); see the module docstring."""
+def build_app(server: "RetrievalServer", retry_after_s: int):
+    """The Starlette app of ``server`` (routes, JSON errors); see the module docstring. ``retry_after_s``: the
+    ``Retry-After`` of its 503 answers (the connection layer's :attr:`HttpLimits.retry_after_s`)."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect, Request
@@ -267,12 +268,13 @@ def build_app(server: "RetrievalServer"):
     from starlette.routing import Route
 
     cfg = server.config
-    retry = {"Retry-After": "1"}
+    retry = {"Retry-After": str(retry_after_s)}
 
     async def read_body(request: Request) -> bytes:
         length = request.headers.get("content-length")
-        if length is not None and int(length) > cfg.max_body_bytes:  # h11 has checked it is a number
-            raise ProtocolError(f"the body is {int(length)} bytes; the limit is {cfg.max_body_bytes}", 413)
+        declared = int(length) if length is not None else None  # h11 has checked it is a number
+        if declared is not None and declared > cfg.max_body_bytes:
+            raise ProtocolError(f"the body is {declared} bytes; the limit is {cfg.max_body_bytes}", 413)
         body = bytearray()
         async for chunk in request.stream():
             body += chunk
@@ -370,8 +372,9 @@ class RetrievalServer:
         limits = http_layer.HttpLimits(request_timeout_s=cfg.request_timeout_s, max_header_bytes=cfg.max_header_bytes,
                                        max_connections=cfg.max_connections, max_discard_bytes=2 * cfg.max_body_bytes)
         self._uvicorn = uvicorn.Server(uvicorn.Config(
-            build_app(self), http=http_layer.protocol_class(limits), loop="asyncio", lifespan="off",
-            log_config=None, access_log=False, timeout_keep_alive=int(max(1, round(cfg.idle_timeout_s))),
+            build_app(self, limits.retry_after_s), http=http_layer.protocol_class(limits), loop="asyncio",
+            lifespan="off", log_config=None, access_log=False,
+            timeout_keep_alive=int(max(1, round(cfg.idle_timeout_s))),
             h11_max_incomplete_event_size=cfg.max_header_bytes, backlog=cfg.backlog,
             timeout_graceful_shutdown=int(max(1, round(cfg.shutdown_timeout_s))), limit_concurrency=None))
         self._thread: threading.Thread | None = None

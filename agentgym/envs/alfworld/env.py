@@ -70,7 +70,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core import AgentEnv, StepInfo, StepOutcome
+from ...core import RULES, AgentEnv, StepInfo, StepOutcome, check_rules
 from ...errors import TaskError
 from ...parsing import ParsedAction
 from .engine import Engine, EngineState, require_engine
@@ -86,8 +86,8 @@ __all__ = ["ALFWorldEnv", "SPLITS", "RULES", "default_rules"]
 logger = logging.getLogger(__name__)
 
 SPLITS = ("generated",) + OFFICIAL_SPLITS
-#: How commands are matched (see the module docstring): ALFWorld's exact match, or agentgym's friendlier reading.
-RULES = ("canonical", "lenient")
+# RULES (from core, re-exported): how commands are matched (see the module docstring): ALFWorld's exact match,
+# or agentgym's friendlier reading.
 #: The engine's answer to any command that is not admissible (TextWorld's ``PddlEnv.step``).
 NOTHING_HAPPENS = "Nothing happens."
 _OPTION_KEYS = {"game", "task_id", "task_index"}
@@ -181,8 +181,7 @@ class ALFWorldEnv(AgentEnv):
             raise TaskError(f"unknown ALFWorld split {split!r}; choose from {SPLITS}")
         if not 0 <= int(react_examples) <= 3:
             raise ValueError("react_examples must be 0..3")
-        if rules is not None and rules not in RULES:
-            raise ValueError(f"rules must be one of {RULES}, got {rules!r}")
+        check_rules(rules)
         require_engine()
         self.split = split
         self.rules = rules if rules is not None else default_rules(split)

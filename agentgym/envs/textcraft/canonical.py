@@ -36,16 +36,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .recipes import CraftingGraph, display_name, item_id
+from .recipes import _PREFIX, CraftingGraph, display_name, item_id
 
-__all__ = ["AdaptResult", "adapt_step", "adapt_inventory_text", "count_text", "MAX_DIGITS", "COULD_NOT_EXECUTE"]
+__all__ = ["AdaptResult", "adapt_step", "adapt_inventory_text", "count_text", "lenient_command", "MAX_DIGITS",
+           "COULD_NOT_EXECUTE"]
 
 # ADaPT's expressions, applied with re.match exactly as TextCraft.step / extract_recipe do.
 _CRAFT = re.compile(r"craft (.*) using (.*)")
 _GET = re.compile(r"get ([0-9]+) (.*)")
 _INVENTORY = re.compile(r"inventory")
 _COUNT_ITEM = re.compile(r"([0-9]+) (.*)")
-_PREFIX = "minecraft:"
 #: Python's default integer-string limit (``sys.get_int_max_str_digits()``): ADaPT's ``int(count)`` raises past it.
 MAX_DIGITS = 4300
 _CHUNK_DIGITS = 4000
@@ -53,6 +53,12 @@ _CHUNK = 10**_CHUNK_DIGITS
 #: ADaPT's answer to a command none of its expressions match (the empty command: ``"Could not execute "``).
 COULD_NOT_EXECUTE = "Could not execute {}"
 
+
+
+def lenient_command(command: str) -> str:
+    """The lenient rules' reading of a command: lower-cased, runs of whitespace collapsed to one space, a trailing
+    period dropped (also what the canonical rules' "did you mean" diagnostic suggests)."""
+    return " ".join(command.lower().split()).rstrip(".").strip()
 
 @dataclass(frozen=True)
 class AdaptResult:
@@ -143,7 +149,7 @@ def adapt_step(graph: CraftingGraph, inventory: dict[str, int], command: str, *,
         return AdaptResult(adapt_inventory_text(inventory), True)
     reason = (f"{command[:80]!r} is not a TextCraft command: ADaPT reads 'craft <n> <item> using <n> <item>, ...', "
               "'get <n> <item>' or 'inventory', case-sensitive and with single spaces")
-    meant = " ".join(command.lower().split()).rstrip(".").strip()
+    meant = lenient_command(command)
     if meant != command and (_CRAFT.match(meant) or _GET.match(meant) or _INVENTORY.match(meant)):
         reason += f"; did you mean {meant[:80]!r}?"
     return AdaptResult(COULD_NOT_EXECUTE.format(command), None, reason)
@@ -187,7 +193,7 @@ def _craft(graph: CraftingGraph, inventory: dict[str, int], out_text: str, input
             if graph.is_tag(key):
                 why = f"{display_name(key)!r} is a tag: name the specific item you hold"
             elif not _known(graph, key):
-                why = _unknown(graph, key.replace("_", " "))
+                why = _unknown(graph, display_name(key))
             else:
                 held = count_text(inventory.get(key, 0))
                 why = f"need {count_text(n)} {display_name(key)}, the inventory holds {held}"

@@ -42,12 +42,12 @@ from typing import Any
 
 import numpy as np
 
-from ...core import AgentEnv, StepOutcome
+from ...core import RULES, AgentEnv, StepOutcome, check_rules
 from ...data import find_data
 from ...errors import TaskError
 from ...parsing import ParsedAction
 from ...prompts import PromptTemplate, think_action_instruction
-from .canonical import COULD_NOT_EXECUTE, adapt_step, count_text
+from .canonical import COULD_NOT_EXECUTE, adapt_step, count_text, lenient_command
 from .oracle import PlanError, plan
 from .recipes import CraftingGraph, display_name, item_id, load_recipes
 from .tasks import (GENERATED_SPLITS, SPLITS, TextCraftTask, generate_task, load_split, parse_generated_id,
@@ -64,8 +64,7 @@ _GET = re.compile(r"^get\s+(-?\d+)\s+(.+)$")
 _COUNT_ITEM = re.compile(r"^(-?\d+)\s+(.+)$")
 #: The largest count a command may name under the lenient rules (far above any recipe or task count).
 MAX_COUNT = 10_000
-#: How commands are read and answered (see the module docstring).
-RULES = ("canonical", "lenient")
+# RULES (from core, re-exported): how commands are read and answered (see the module docstring).
 _OPTION_KEYS = {"task_id", "task", "task_index"}
 
 _FORMATS = (
@@ -186,8 +185,7 @@ class TextCraftEnv(AgentEnv):
                          history_length=history_length, render_mode=render_mode)
         if split not in SPLITS:
             raise TaskError(f"unknown TextCraft split {split!r}; choose from {list(SPLITS)}")
-        if rules is not None and rules not in RULES:
-            raise ValueError(f"rules must be one of {RULES}, got {rules!r}")
+        check_rules(rules)
         self.split = split
         self.rules = default_rules(split) if rules is None else rules
         if self.rules == "canonical" and allow_batch_craft:
@@ -312,7 +310,7 @@ class TextCraftEnv(AgentEnv):
     def _execute(self, command: str, parsed: ParsedAction) -> StepOutcome:
         if self.rules == "canonical":
             return self._execute_canonical(command)
-        cmd = " ".join(command.strip().lower().split()).rstrip(".").strip()
+        cmd = lenient_command(command)
         if cmd == "inventory":
             return StepOutcome(f"Inventory: {_inventory_text(self.inventory)}", process_ok=True)
         m = _GET.match(cmd)

@@ -280,10 +280,11 @@ def load_recipes(recipe_dir: str | os.PathLike) -> CraftingGraph:
     demoted: set[str] = set()
     for recipes in graph.recipes.values():
         for i, r in enumerate(recipes):
-            if any(ing.is_tag and not _tag_has_recipe(graph, ing.name) for ing, _ in r.inputs):
-                demoted |= {ing.name for ing, _ in r.inputs if ing.is_tag and not _tag_has_recipe(graph, ing.name)}
+            dead = {ing.name for ing, _ in r.inputs if ing.is_tag and not _tag_has_recipe(graph, ing.name)}
+            if dead:
+                demoted |= dead
                 recipes[i] = Recipe(r.output, r.count, tuple(
-                    (Ingredient(ing.name) if ing.is_tag and not _tag_has_recipe(graph, ing.name) else ing, n)
+                    (Ingredient(ing.name) if ing.is_tag and ing.name in dead else ing, n)
                     for ing, n in r.inputs), r.source)
     graph.tags -= demoted
     graph.items |= demoted

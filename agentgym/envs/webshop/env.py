@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core import AgentEnv, StepInfo, StepOutcome
+from ...core import RULES, AgentEnv, StepInfo, StepOutcome, check_rules
 from ...errors import TaskError
 from ...parsing import ParsedAction
 from ...prompts import PromptTemplate
@@ -62,8 +62,8 @@ __all__ = ["WebShopEnv", "get_engine", "SPLITS", "RULES"]
 logger = logging.getLogger(__name__)
 
 SPLITS = ("test", "train", "all", "human", "verl-agent-val")
-#: What the agent reads after an unparsable response (see the module docstring); canonical is every split's default.
-RULES = ("canonical", "lenient")
+# RULES (from core, re-exported): what the agent reads after an unparsable response (see the module docstring);
+# canonical is every split's default.
 _OPTION_KEYS = {"task_id", "task", "goal_index"}
 _MAX_PROMPT_CHARS = 13_000
 _TASK_ID = re.compile(r"^(ws|wsh)(\d+)-(\d+)$")
@@ -159,8 +159,7 @@ class WebShopEnv(AgentEnv):
             raise ValueError(f"observation_mode must be 'verl-agent' or 'text', got {observation_mode!r}")
         if reward_mode not in ("raw", "verl-agent"):
             raise ValueError(f"reward_mode must be 'raw' or 'verl-agent', got {reward_mode!r}")
-        if rules is not None and rules not in RULES:
-            raise ValueError(f"rules must be one of {RULES}, got {rules!r}")
+        check_rules(rules)
         self.rules = "canonical" if rules is None else rules
         if invalid_feedback and self.rules == "canonical":
             raise ValueError("invalid_feedback=True needs rules='lenient': under canonical rules the agent reads "
