@@ -54,11 +54,11 @@ _CHUNK = 10**_CHUNK_DIGITS
 COULD_NOT_EXECUTE = "Could not execute {}"
 
 
-
 def lenient_command(command: str) -> str:
     """The lenient rules' reading of a command: lower-cased, runs of whitespace collapsed to one space, a trailing
     period dropped (also what the canonical rules' "did you mean" diagnostic suggests)."""
     return " ".join(command.lower().split()).rstrip(".").strip()
+
 
 @dataclass(frozen=True)
 class AdaptResult:
