@@ -5,7 +5,9 @@ first observation with ``first_context="observation"``: the transcript context f
 turn generates the agent's response with a Hugging Face causal LM (all unfinished episodes in one ``generate``
 call), steps the env with the decoded text and appends the observation, formatted by ``obs_template``, to the
 completion. The completion is ``a_1 o_1 a_2 o_2 ... a_n``: model tokens have ``env_mask`` 1, observation tokens
-0, and each model token carries its turn index (observation tokens -1). Episodes stop when the env terminates or
+0, and each model token carries its turn index (observation tokens -1). The completion is the text transcript's
+tokens: an EOS that ends a non-final response is dropped (it is not text, and the context ``agentgym eval`` and
+the warm start's SFT rows rebuild from text has none); the last response keeps it. Episodes stop when the env terminates or
 truncates, or when the completion budget (``max_completion_tokens``) would be exceeded (then the last turn is
 marked truncated). ``truncated`` means what it means in the runner's batch (:mod:`agentgym.rollout.records`).
 
@@ -26,7 +28,7 @@ from agentgym.rollout.records import episode_end_columns, step_columns
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EpisodeConfig", "TurnData", "Episode", "play_episodes", "episodes_to_batch"]
+__all__ = ["EpisodeConfig", "TurnData", "Episode", "play_episodes", "episodes_to_batch", "non_text_token_ids"]
 
 
 @dataclass(frozen=True)
@@ -122,13 +124,22 @@ def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
     return sorted(set(ids))
 
 
+def non_text_token_ids(tokenizer: Any, eos: Sequence[int]) -> list[int]:
+    """The special tokens other than EOS (and a pad that is the EOS): a response is decoded without them, so one
+    the model generated would stay in the training context but vanish from the text transcript ``agentgym eval``
+    rebuilds (an ``[UNK]`` or a BOS mid-response). Rollouts and ``hf:`` policies in raw-text mode never generate
+    them."""
+    return sorted(set(int(t) for t in getattr(tokenizer, "all_special_ids", ()) or ()) - set(int(t) for t in eos))
+
+
 def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _generate(model: Any, contexts: list[list[int]], cfg: EpisodeConfig, pad_id: int, eos: list[int]) -> list[list[int]]:
+def _generate(model: Any, contexts: list[list[int]], cfg: EpisodeConfig, pad_id: int, eos: list[int],
+              suppress: Sequence[int] = ()) -> list[list[int]]:
     """One batched ``generate`` over left-padded contexts; returns each row's new tokens, cut after the first
-    EOS (kept) and stripped of padding."""
+    EOS (kept) and stripped of padding. ``suppress``: token ids never generated (:func:`non_text_token_ids`)."""
     import torch
 
     dev = next(model.parameters()).device
@@ -140,6 +151,8 @@ def _generate(model: Any, contexts: list[list[int]], cfg: EpisodeConfig, pad_id:
         att[i, width - len(c):] = 1
     kw = dict(max_new_tokens=cfg.max_new_tokens, do_sample=cfg.do_sample, pad_token_id=pad_id,
               eos_token_id=eos or None)
+    if suppress:
+        kw["suppress_tokens"] = list(suppress)
     if cfg.do_sample:
         kw.update(temperature=cfg.temperature, top_p=cfg.top_p)
         if cfg.top_k is not None:
@@ -185,13 +198,16 @@ def play_episodes(model: Any, tokenizer: Any, env_id: str, specs: Sequence[tuple
         pool.append(agentgym.make(env_id, **kwargs))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (_eos_ids(tokenizer, model) or [0])[0]
     eos = _eos_ids(tokenizer, model)
+    suppress = [t for t in non_text_token_ids(tokenizer, eos) if t != pad_id or pad_id not in eos]
     form = cfg.context_form()
     episodes: list[Episode] = []
     for (task_id, seed, group_id, traj_id), env in zip(specs, pool):
         options = {"task_id": str(task_id)} if task_id is not None else None
         obs0, info = env.reset(seed=int(seed), options=options)
         text = form.first_text(env)
-        ids = _encode(tokenizer, text)
+        # the first context gets the tokenizer's special tokens (a BOS where it adds one), as an hf: policy and
+        # TRL's SFT encode a prompt; observations are appended without any
+        ids = list(tokenizer(text)["input_ids"])
         if cfg.max_prompt_tokens is not None and len(ids) > cfg.max_prompt_tokens:
             ids = ids[-cfg.max_prompt_tokens:]  # keep the end: the current observation and the task
         ep = Episode(env_id=env_id, task_id=str(info.get("task_id", task_id)), seed=int(seed), group_id=int(group_id),
@@ -202,7 +218,7 @@ def play_episodes(model: Any, tokenizer: Any, env_id: str, specs: Sequence[tuple
     active = list(range(len(episodes)))
     while active:
         contexts = [episodes[i].full_ids() for i in active]
-        actions = _generate(model, contexts, cfg, pad_id, eos)
+        actions = _generate(model, contexts, cfg, pad_id, eos, suppress)
         still = []
         for i, act in zip(active, actions):
             ep, env = episodes[i], pool[i]
@@ -211,19 +227,25 @@ def play_episodes(model: Any, tokenizer: Any, env_id: str, specs: Sequence[tuple
             response = tokenizer.decode(act, skip_special_tokens=True)
             acted_on = ep._last_info
             obs, reward, terminated, truncated, info = env.step(response)
-            ep.completion_ids.extend(act)
-            ep.env_mask.extend([1] * len(act))
-            ep.token_turn.extend([len(ep.turns)] * len(act))
-            end = len(ep.completion_ids)
             finished = bool(terminated or truncated)
             obs_ids: list[int] = []
             if not finished:
                 obs_ids = _encode(tokenizer, form.observation(obs))
-                room = cfg.max_completion_tokens - end - cfg.max_new_tokens
+                room = cfg.max_completion_tokens - start - len(act) - cfg.max_new_tokens
                 if room < max(len(obs_ids), 0) or room <= 0:
                     # no room for this observation and one more action: stop here, truncated by budget
                     finished, truncated, obs_ids = True, True, []
                     ep.budget_truncated = True
+            if not finished and len(act) > 1 and act[-1] in eos:
+                # The EOS that ended a non-final response is not text: the transcript the next turn sees (and that
+                # `agentgym eval` and the warm start's SFT rows rebuild from text) has none. Keeping it would
+                # train and evaluate the model on different contexts (measured: greedy success of one warm start
+                # 62.5 % with EOS in the history vs 87.5 % without). The final response keeps its EOS.
+                act = act[:-1]
+            ep.completion_ids.extend(act)
+            ep.env_mask.extend([1] * len(act))
+            ep.token_turn.extend([len(ep.turns)] * len(act))
+            end = len(ep.completion_ids)
             ep.completion_ids.extend(obs_ids)
             ep.env_mask.extend([0] * len(obs_ids))
             ep.token_turn.extend([-1] * len(obs_ids))

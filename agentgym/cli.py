@@ -161,6 +161,17 @@ def default_context_form(policy_spec: str) -> str:
     return DEFAULT_CONTEXT_FORM if policy_spec.startswith("hf:") else "prompt"
 
 
+def _context_kind(value) -> str | None:
+    """The kind of a context form given as a name, a mapping or a form (None when it cannot be read: the env
+    reports a bad one)."""
+    from .context import ContextForm
+
+    try:
+        return ContextForm.parse(value).kind
+    except (ValueError, TypeError):
+        return None
+
+
 def _cmd_eval(args) -> int:
     from .eval.grid import EvalGrid, run_grid
     from .eval.summary import format_table, summarize
@@ -174,8 +185,15 @@ def _cmd_eval(args) -> int:
         return EXIT_USAGE
     from .errors import AgentGymError, SystemicFailureError, TaskError
 
+    env_kwargs = parse_env_args(args.env_arg)
+    options = _policy_options(args)
+    if args.policy.startswith("hf:") and _context_kind(env_kwargs.get("context_form", args.context_form
+                                                                    or default_context_form(args.policy))) == \
+            "transcript":
+        # a transcript is the raw text agentgym train trains on: no chat template around it
+        options["chat_template"] = False
     try:
-        policy = load_policy(args.policy, **_policy_options(args))
+        policy = load_policy(args.policy, **options)
     except AgentGymError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -184,7 +202,6 @@ def _cmd_eval(args) -> int:
         from urllib.parse import urlsplit
 
         print(f"{policy.name}: sending requests to {policy.endpoint}{urlsplit(policy.url).path}", file=sys.stderr)
-    env_kwargs = parse_env_args(args.env_arg)
     tasks = None
     if args.tasks is not None or args.tasks_file is not None:
         from .eval.sample import parse_task_list, read_tasks_file
@@ -512,7 +529,8 @@ def _build_parser() -> argparse.ArgumentParser:
     m.add_argument("--system-prompt", default=None, help="a system message before each prompt (default: none)")
     m.add_argument("--context-form", choices=("transcript", "prompt"), default=None,
                    help="what the model sees each turn: transcript = the first prompt, then each response and "
-                        "observation appended (the form 'agentgym train' trains in); prompt = the env's prompt "
+                        "observation appended (the form 'agentgym train' trains in; an hf: policy sees it as raw "
+                        "text, without its chat template); prompt = the env's prompt "
                         "rebuilt every turn (verl-agent's form and the envs' prompt styles); recorded in every "
                         "row (default: transcript for hf: checkpoints, as agentgym train trains them; prompt for "
                         "openai: and module policies, as the papers evaluate)")

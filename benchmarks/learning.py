@@ -36,7 +36,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,14 +60,17 @@ class EnvSpec:
     warm_target: float = 0.3
     env_kwargs: dict = field(default_factory=dict)
     warm_eval_every: int = 5  # SFT epochs between the warm start's success checks
+    warm_max_epochs: int = 60  # the warm start gives up (target not reached) after this many SFT epochs
 
 
 def _textcraft() -> EnvSpec:
-    # generated depth 1-2: 12 one-step crafts and 4 two-step ones, held-out tasks from the same generators
-    train = tuple([f"gen-d1-{i}" for i in range(12)] + [f"gen-d2-{i}" for i in range(4)])
-    held = tuple([f"gen-d1-{i}" for i in range(100, 112)] + [f"gen-d2-{i}" for i in range(100, 104)])
-    return EnvSpec("textcraft", "TextCraft-v0", "gen-depth1", train, held, max_turns=4, max_new_tokens=24,
-                   max_completion_tokens=256)
+    # TextCraft's generated depth 1-2 goals: 8 one-step crafts (2-3 actions: get the ingredients, craft) and the 4
+    # two-step ones among gen-d2-0..7 whose oracle plan fits the 6-turn budget with a turn to spare (3-5 actions;
+    # the others need 6-12); held-out: the same rule from id 100 on. 24 tokens per turn cover every oracle action.
+    train = tuple([f"gen-d1-{i}" for i in range(8)] + [f"gen-d2-{i}" for i in (2, 3, 4, 6)])
+    held = tuple([f"gen-d1-{i}" for i in range(100, 108)] + [f"gen-d2-{i}" for i in (100, 101, 103, 104)])
+    return EnvSpec("textcraft", "TextCraft-v0", "gen-depth1", train, held, max_turns=6, max_new_tokens=24,
+                   max_completion_tokens=320, warm_max_epochs=150)
 
 
 def _textcraft_small() -> EnvSpec:
@@ -133,6 +136,11 @@ class Profile:
     learning_rate: float = 1e-3
     eval_samples: int = 4
     env_runs: dict = field(default_factory=dict)  # env -> the runs it gets (default: ``runs``)
+    env_overrides: dict = field(default_factory=dict)  # env -> {field: value} of its own (steps, batch...)
+
+    def for_env(self, env: str) -> "Profile":
+        """The profile ``env`` runs with: this one with the env's overrides applied."""
+        return replace(self, **self.env_overrides.get(env, {}), env_overrides={})
 
 
 PROFILES = {
@@ -201,7 +209,8 @@ def _settings(spec: EnvSpec, prof: Profile, model: Path, out: Path, seed: int, *
                 max_turns=spec.max_turns, max_new_tokens=spec.max_new_tokens,
                 max_completion_tokens=spec.max_completion_tokens, learning_rate=prof.learning_rate, seed=seed,
                 cpu=True, output_dir=str(out), eval_samples=prof.eval_samples, warm_start_target=spec.warm_target,
-                warm_start_seed=seed, warm_start_eval_every=spec.warm_eval_every, save_total_limit=None,
+                warm_start_seed=seed, warm_start_eval_every=spec.warm_eval_every,
+                warm_start_max_epochs=spec.warm_max_epochs, save_total_limit=None,
                 context_first=CONTEXT_FIRST)
     base.update(kw)
     return TrainSettings(**base)
@@ -400,11 +409,21 @@ def report(out: Path, results_md: Path, prof_name: str, prof: Profile, not_run: 
              f"Written by `python benchmarks/learning.py --profile {prof_name}` from the runs under `{_shown(out)}`. "
              "Success in %, mean ± standard error over the seeds that finished (n). *Before* is the warm start "
              "(step 0), *after* the last RL step; greedy success is `agentgym eval --policy hf:<checkpoint>` "
-             "(one greedy episode per task), sampled success the in-training evaluation (temperature 1, "
-             f"{prof.eval_samples} episodes per training task).", "",
-             f"Configuration: {json.dumps(asdict(prof))}.", "", *PREAMBLE, ""]
+             "(one greedy episode per task), sampled success the in-training evaluation (temperature 1; the "
+             "number of episodes per training task is in each env's settings line).", "",
+             f"Configuration: {json.dumps(asdict(prof))}.", ""]
+    lab = out / "lab.json"
+    if lab.is_file():
+        info = json.loads(lab.read_text())
+        lines += [f"Wall time of the whole lab: {info['wall_s'] / 60:.1f} min ({len(info['chains'])} env-seed chains, "
+                  f"{info['jobs']} processes of one torch thread on a {info['cpu_count']}-core machine).", ""]
+    lines += [*PREAMBLE, ""]
     for env, by_run in runs.items():
+        ep = next(iter(by_run.values()))[0].get("profile") or {}
         lines += [f"## {env}", "",
+                  f"RL: {ep.get('steps')} steps of {ep.get('batch_groups')} tasks x G = {ep.get('group_size')} "
+                  f"episodes, learning rate {ep.get('learning_rate')}, evaluations at steps {ep.get('eval_steps')} "
+                  f"({ep.get('eval_samples')} sampled episodes per training task).", "",
                   "| run | n | train greedy before → after | Δ train | held-out greedy before → after | "
                   "train sampled before → after | invalid actions, steps 1-5 → last 5 | s/step | s/run |",
                   "|---|---|---|---|---|---|---|---|---|"]
@@ -455,11 +474,21 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", default=None, help="comma list overriding the profile's runs (default: the profile's)")
     ap.add_argument("--seeds", default=None, help="comma list overriding the profile's seeds (default: the profile's)")
     ap.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the profile's)")
+    ap.add_argument("--group-size", type=int, default=None, help="episodes per task per step (default: the profile's)")
+    ap.add_argument("--batch-groups", type=int, default=None, help="tasks per step (default: the profile's)")
+    ap.add_argument("--learning-rate", type=float, default=None, help="RL learning rate (default: the profile's)")
+    ap.add_argument("--eval-samples", type=int, default=None,
+                    help="sampled episodes per task in the in-training evaluation (default: the profile's)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "learning"), help="run directory (default: runs/learning)")
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS_learning.md"),
                     help="the report (default: benchmarks/RESULTS_learning.md)")
     ap.add_argument("--report-only", action="store_true", help="only rewrite the report from the runs there")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads per process (default: torch's; 1 with --jobs > 1)")
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="processes running (env, seed) chains at once, one torch thread each (default: 2, the "
+                         "cores of the CI machine)")
+    ap.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)  # a --jobs worker
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -474,11 +503,26 @@ def main(argv=None) -> int:
         over["seeds"] = tuple(int(s) for s in args.seeds.split(","))
     if args.steps:
         over["steps"] = args.steps
-        over["eval_steps"] = tuple(sorted({0, args.steps // 3, 2 * args.steps // 3, args.steps} - {0} | {0}))
+        # evaluations at quarters (thirds, halves) of the run: an even interval, so checkpoints fall on them
+        parts = next(k for k in (4, 3, 2, 1) if args.steps % k == 0)
+        over["eval_steps"] = tuple(args.steps // parts * i for i in range(parts + 1))
+    for name in ("group_size", "batch_groups", "learning_rate", "eval_samples"):
+        if getattr(args, name) is not None:
+            over[name] = getattr(args, name)
+    if over:  # a value given here holds for every env
+        over["env_overrides"] = {e: {k: v for k, v in o.items() if k not in over}
+                                 for e, o in prof.env_overrides.items()}
     prof = Profile(**{**asdict(prof), **over})
     out = Path(args.out)
     not_run = [f"{run} on {env}: does not apply (needs gold answers)" for env in prof.envs for run in prof.runs
                if RUNS[run][3] is not None and env not in RUNS[run][3]]
+    chains = [(env, seed) for env in prof.envs for seed in prof.seeds]
+    if not args.report_only and args.jobs > 1 and len(chains) > 1:
+        failed = run_parallel(list(sys.argv[1:] if argv is None else argv), prof, out, chains, args.jobs)
+        Path(args.results).write_text(report(out, Path(args.results), args.profile, prof, not_run), encoding="utf-8")
+        for chain, log in failed:
+            print(f"error: {chain[0]} seed {chain[1]} failed; see {log}", file=sys.stderr)
+        return 1 if failed else 0
     if not args.report_only:
         import torch
 
@@ -486,19 +530,60 @@ def main(argv=None) -> int:
             torch.set_num_threads(args.threads)
         for env in prof.envs:
             spec = ENV_SPECS[env]()
+            eprof = prof.for_env(env)
             tiny = tiny_model(spec, out)
             for seed in prof.seeds:
-                warm, _ = warm_start(spec, prof, tiny, out, seed)
+                warm, _ = warm_start(spec, eprof, tiny, out, seed)
                 seed_baseline(spec, warm, out, seed)
                 for run in prof.env_runs.get(env, prof.runs):
                     if RUNS[run][3] is not None and env not in RUNS[run][3]:
                         continue
                     logger.info("%s seed %d: %s", env, seed, run)
-                    rl_run(spec, prof, warm, out, seed, run)
-                    Path(args.results).write_text(report(out, Path(args.results), args.profile, prof, not_run),
-                                                  encoding="utf-8")
-    Path(args.results).write_text(report(out, Path(args.results), args.profile, prof, not_run), encoding="utf-8")
+                    rl_run(spec, eprof, warm, out, seed, run)
+                    if not args.no_report:
+                        Path(args.results).write_text(report(out, Path(args.results), args.profile, prof, not_run),
+                                                      encoding="utf-8")
+    if not args.no_report:
+        Path(args.results).write_text(report(out, Path(args.results), args.profile, prof, not_run), encoding="utf-8")
     return 0
+
+
+def run_parallel(argv: list[str], prof: Profile, out: Path, chains: list, jobs: int) -> list:
+    """``--jobs``: each (env, seed) chain (warm start, baseline, every run) in its own process of one torch thread,
+    ``jobs`` at a time; this command's arguments are passed on with ``--envs``/``--seeds`` narrowed to the chain
+    (argparse keeps the last value). Tiny models are built first, here, so that no two workers write one. Writes
+    ``lab.json`` (wall time, jobs, cores). Returns the failed chains with their log files."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    for env in prof.envs:
+        tiny_model(ENV_SPECS[env](), out)
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+
+    def one(chain):
+        env, seed = chain
+        log = logs / f"{env}-seed{seed}.log"
+        cmd = [sys.executable, str(Path(__file__).resolve()), *argv, "--envs", env, "--seeds", str(seed),
+               "--jobs", "1", "--threads", "1", "--no-report"]
+        logger.info("start %s seed %d (log: %s)", env, seed, log)
+        with open(log, "w", encoding="utf-8") as fh:
+            rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
+        logger.info("%s %s seed %d (%.0f s since the start)", "done" if rc == 0 else f"FAILED (rc {rc})", env,
+                    seed, time.perf_counter() - t0)
+        return chain, log, rc
+
+    # longest chains first: WikiSearch's runs take about 3x TextCraft's
+    order = sorted(chains, key=lambda c: (c[0] != "wikisearch", c[1]))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(one, order))
+    wall = time.perf_counter() - t0
+    (out / "lab.json").write_text(json.dumps({"wall_s": wall, "jobs": jobs, "cpu_count": os.cpu_count(),
+                                              "chains": [list(c) for c in chains], "profile": asdict(prof)},
+                                             indent=2), encoding="utf-8")
+    logger.info("lab: %d chains in %.1f min with %d jobs", len(chains), wall / 60, jobs)
+    return [((env, seed), log) for (env, seed), log, rc in results if rc != 0]
 
 
 if __name__ == "__main__":

@@ -73,11 +73,20 @@ def test_learning_training_and_eval_see_the_same_context(tiny_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     env = agentgym.make("TextCraft-v0", split=SPLIT)
     tids = env.task_ids(2)
-    for first in ("prompt", "observation"):
-        cfg = EpisodeConfig(max_turns=3, max_new_tokens=8, max_completion_tokens=400, first_context=first)
+    eos = tok.eos_token_id
+    for first, force_eos in (("prompt", False), ("observation", False), ("observation", True)):
+        # force_eos: every response ends with EOS (transformers' forced_eos_token_id at the last new token), as a
+        # trained model's do; the EOS is not text, so it must not enter the next turn's context
+        gen = {"forced_eos_token_id": eos} if force_eos else {}
+        cfg = EpisodeConfig(max_turns=3, max_new_tokens=8, max_completion_tokens=400, first_context=first,
+                            generation_kwargs=gen)
         eps = play_episodes(model, tok, "TextCraft-v0", [(tids[0], 0, 0, 0), (tids[1], 1, 1, 1)], cfg,
                             env_kwargs={"split": SPLIT})
         for ep in eps:
+            if force_eos:
+                assert len(ep.turns) == 3  # random actions: the episode runs to max_turns
+                ends = [ep.completion_ids[t.span[1] - 1] for t in ep.turns]
+                assert ends[:-1] != [eos, eos] and ends[-1] == eos and ep.completion_ids.count(eos) == 1
             replay = agentgym.make("TextCraft-v0", split=SPLIT, max_turns=3,
                                    context_form={"kind": "transcript", "first": first})
             replay.reset(seed=ep.seed, options={"task_id": ep.task_id})
@@ -85,7 +94,8 @@ def test_learning_training_and_eval_see_the_same_context(tiny_dir):
             assert len(ep.turns) >= 1
             for t in ep.turns:
                 seen = full[:len(ep.prompt_ids) + t.span[0]]
-                # the same text (a sampled token string may tokenize otherwise when re-encoded, as in any RL stack)
+                # the same text (a sampled token string may tokenize otherwise when re-encoded, as in any RL stack);
+                # decoded with its special tokens, so an EOS left in the history would show
                 assert tok.decode(seen) == policy_context(replay)
                 replay.step(t.response)
             if first == "observation":
