@@ -431,7 +431,8 @@ def build_trainer(s: TrainSettings, model_path: str | None = None):
 
 def _eval_callback(trainer, s: TrainSettings, task_ids: list, seeds: list, path: Path):
     """``--eval-every``: greedy and sampled success on the fixed evaluation tasks at step 0, every N steps and at
-    the end (:func:`adapters.task_eval.evaluate_tasks`), appended to metrics.jsonl as ``eval/*``."""
+    the end (:func:`adapters.task_eval.evaluate_tasks`), appended to metrics.jsonl as ``eval/*`` (with
+    ``eval/per_task_sampled`` and ``eval/per_task_greedy``: task id -> success)."""
     from transformers import TrainerCallback
 
     from .task_eval import evaluate_tasks
@@ -452,7 +453,8 @@ def _eval_callback(trainer, s: TrainSettings, task_ids: list, seeds: list, path:
             res = evaluate_tasks(model, trainer.processing_class, s.env, tasks, cfg, seeds=task_seeds,
                                  samples=s.eval_samples, seed=s.seed + 7919 * state.global_step,
                                  env_kwargs=env_kwargs, envs=envs)
-            rec = {"step": state.global_step, **res.metrics()}
+            rec = {"step": state.global_step, **res.metrics(),
+                   "eval/per_task_sampled": res.per_task_sampled, "eval/per_task_greedy": res.per_task_greedy}
             with path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(rec) + "\n")
             logger.info("eval at step %d: greedy success %.3f, sampled success %.3f (%d tasks x %d samples)",

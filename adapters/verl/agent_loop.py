@@ -105,14 +105,10 @@ class AgentGymAgentLoop(AgentLoopBase):
             out = await self.server_manager.generate(request_id=uuid.uuid4().hex, prompt_ids=prompt_ids + response,
                                                      sampling_params=params)
             act = list(out.token_ids)[:room]
+            lp = list(out.log_probs or [])[:len(act)]
             text = self.tokenizer.decode(act, skip_special_tokens=True)
             obs, reward, term, trunc, last = await loop.run_in_executor(None, env.step, text)
             k = len(turns)
-            response += act
-            mask += [1] * len(act)
-            token_turn += [k] * len(act)
-            lp = list(out.log_probs or [])[:len(act)]
-            logprobs += lp + [0.0] * (len(act) - len(lp))
             ok = last.get("process_ok")
             finished = bool(term or trunc)
             obs_ids: list[int] = []
@@ -122,9 +118,17 @@ class AgentGymAgentLoop(AgentLoopBase):
                 # no room for the observation and one more whole action (the per-turn budget; one token without
                 # one): stop here, truncated. The TRL adapter's rollout (adapters.episodes) stops by the same rule,
                 # so a recorded episode replays the same in both (tests/adapters/test_adapters_verl_parity.py)
-                room = self.response_length - len(response) - (per_turn if per_turn is not None else 1)
+                room = self.response_length - len(response) - len(act) - (per_turn if per_turn is not None else 1)
                 if room < max(len(obs_ids), 1):
                     finished, trunc, obs_ids = True, True, []
+            if not finished and len(act) > 1 and act[-1] == self.tokenizer.eos_token_id:
+                # the EOS ending a non-final response is not text: the next turn's context has none, as in the
+                # TRL adapter's rollout (adapters.episodes) and the transcripts agentgym eval rebuilds
+                act, lp = act[:-1], lp[:len(act) - 1]
+            response += act
+            mask += [1] * len(act)
+            token_turn += [k] * len(act)
+            logprobs += lp + [0.0] * (len(act) - len(lp))
             turns.append({"obs_hash": int(acted_on.get("obs_hash", 0)), "action_key": int(last.get("action_key", 0)),
                           "reward": float(reward), "valid_action": bool(last.get("action_valid", True)),
                           "action_parsed": last.get("action") is not None,

@@ -138,7 +138,9 @@ class _ScriptedPolicy(torch.nn.Module):
         acts = []
         for i, ctx in zip(self._rows(contexts), contexts):
             acts.append(self._act(i, ctx, max_new_tokens))
-            self.seen[i] = ctx + acts[-1]
+            # the next turn's context extends this one without the EOS (play_episodes drops a non-final one)
+            a = acts[-1]
+            self.seen[i] = ctx + (a[:-1] if len(a) > 1 and a[-1] == self.tok.eos_token_id else a)
         n = max(len(a) for a in acts)
         new = torch.full((len(acts), n), self.tok.pad_token_id, dtype=torch.long)
         for r, a in enumerate(acts):
@@ -244,13 +246,16 @@ def lab(request, tmp_path_factory):
 
 def test_verl_parity_recording_is_varied(lab):
     """The recording exercises what parity could break on: wins and losses inside a group, all-win and all-loss
-    groups, invalid-action penalties, several turns, EOS tokens inside the completion."""
+    groups, invalid-action penalties, several turns, responses that ended with EOS (dropped from the completion
+    after a non-final turn, kept after the last one)."""
     won = np.asarray([e.won for e in lab.recorded]).reshape(N_TASKS, G)
     assert won[0].any() and not won[0].all() and not won[1].any() and won[2].all()
     assert any(t.reward < 0 for e in lab.recorded for t in e.turns)
     assert max(len(e.turns) for e in lab.recorded) >= 2
     eos = lab.tok.eos_token_id
-    assert any(eos in e.completion_ids[:e.turns[0].span[1]] and len(e.turns) > 1 for e in lab.recorded)
+    assert any(e.completion_ids[e.turns[-1].span[1] - 1] == eos and len(e.turns) > 1 for e in lab.recorded)
+    assert all(e.completion_ids[t.span[1] - 1] != eos or t.span[1] - t.span[0] == 1
+               for e in lab.recorded for t in e.turns[:-1])
     # the tight budget stops some episodes early (their last turn truncated), the roomy one none
     stopped = [e.budget_truncated and e.turns[-1].truncated for e in lab.recorded]
     assert any(stopped) if lab.name == "textcraft-tight" else not any(stopped)
