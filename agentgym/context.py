@@ -4,7 +4,9 @@
   (instructions, task, first observation), then each raw response followed by the env's observation formatted by
   ``obs_template`` (default ``"\\n{observation}\\n"``): ``prompt_0 a_1 o_1 a_2 o_2 ...``. This is the sequence
   ``agentgym train`` trains on (one completion per episode, observation tokens masked out of the loss), so a
-  checkpoint is evaluated in the context it was trained in.
+  checkpoint is evaluated in the context it was trained in. A transcript is text: the EOS token that ended a
+  response is not part of it (the training rollout drops it from every turn but the last), and an ``hf:`` policy
+  sees it raw, without a chat template.
   ``first="observation"`` starts the transcript from the env's first observation instead of its first prompt (no
   instructions or examples: for small models trained from scratch, which cannot use them; on TextCraft the context
   is then about 4x shorter).

@@ -122,6 +122,14 @@ RUNS: dict[str, tuple[str, dict, str | None, tuple | None]] = {
     "control-shuffle": ("grpo", {}, "shuffle", None),
 }
 CONTROLS = ("control-zero", "control-sign_flip", "control-shuffle")
+#: run name -> ``agentgym train`` settings of its own. The loss-aggregation probes: GiGPO's recipe aggregates the
+#: loss per token over the batch ("token-mean", so a long failing episode weighs more than a short win), GRPO's per
+#: sequence ("seq-mean-token-mean"); each estimator with the other's loss recipe
+RUN_SETTINGS: dict[str, dict] = {"gigpo-seq-mean-loss": {"loss": "grpo"}, "grpo-token-mean-loss": {"loss": "gigpo"}}
+RUNS["gigpo-seq-mean-loss"] = ("gigpo", {}, None, None)
+RUNS["grpo-token-mean-loss"] = ("grpo", {}, None, None)
+#: every estimator and control (the loss probes run on textcraft-d12 only)
+MAIN_RUNS = tuple(r for r in RUNS if r not in RUN_SETTINGS)
 #: the transcript starts from the env's first observation: a tiny model trained from scratch cannot use the
 #: instructions and few-shot example of the env's prompt, which make TextCraft's context about 4x longer
 CONTEXT_FIRST = "observation"
@@ -158,19 +166,21 @@ _TC = dict(steps=48, eval_steps=(0, 16, 32, 48), group_size=8, batch_groups=4, e
 #: WikiSearch's episodes hold retrieved passages (contexts several times longer): its runs keep the budget they
 #: were measured with (20 steps of 2 x 4 episodes, about a minute each)
 _WIKI = dict(steps=20, eval_steps=(0, 10, 20), group_size=4, batch_groups=2, eval_samples=4)
-#: the depth 1-2 set: GRPO, GiGPO and the controls (its episodes are up to twice as long)
-_D12_RUNS = ("grpo", "gigpo", *CONTROLS)
+#: the depth 1-2 set: GRPO, GiGPO (both penalty placements) and the controls (its episodes are up to twice
+#: as long)
+_D12_RUNS = ("grpo", "gigpo", "gigpo-returns-before-penalty", "gigpo-seq-mean-loss", "grpo-token-mean-loss",
+             *CONTROLS)
 _WIKI_RUNS = ("grpo", "gigpo", "igpo", "a2tgpo", *CONTROLS)
 
 PROFILES = {
     # the whole lab, one command (measured in RESULTS_learning.md: wall time with --jobs 2 on 2 cores): every
     # estimator and control on TextCraft depth 1, GRPO/GiGPO/controls on TextCraft depth 1-2, and on WikiSearch
     # GRPO, GiGPO, the two estimators made for it (IGPO, A2TGPO: information gain) and the controls; 3 seeds
-    "full": Profile(envs=("textcraft-d1", "textcraft-d12", "wikisearch"), runs=tuple(RUNS), seeds=(0, 1, 2), **_TC,
+    "full": Profile(envs=("textcraft-d1", "textcraft-d12", "wikisearch"), runs=MAIN_RUNS, seeds=(0, 1, 2), **_TC,
                     env_runs={"textcraft-d12": _D12_RUNS, "wikisearch": _WIKI_RUNS},
                     env_overrides={"textcraft-d12": {"eval_samples": 8}, "wikisearch": _WIKI}),
     # every estimator that applies to TextCraft depth 1 and the controls, 3 seeds
-    "textcraft": Profile(envs=("textcraft-d1",), runs=tuple(RUNS), seeds=(0, 1, 2), **_TC),
+    "textcraft": Profile(envs=("textcraft-d1",), runs=MAIN_RUNS, seeds=(0, 1, 2), **_TC),
     # GRPO, GiGPO with both penalty placements and the controls on TextCraft depth 1
     "subset": Profile(envs=("textcraft-d1",), runs=("grpo", "gigpo", "gigpo-returns-before-penalty", *CONTROLS),
                       seeds=(0, 1, 2), **_TC),
@@ -186,16 +196,25 @@ PROFILES = {
 
 #: What the report says about the setup (see also the module docstring).
 PREAMBLE = [
-    "Setup. The policy is a tiny random Llama (2 layers, hidden 128, about 0.3M parameters with its word-level "
-    "vocabulary of the env's own text) trained from scratch: small enough that a step of 8 episodes takes seconds on "
-    "2 CPU cores. Its context is the transcript form starting from the env's first observation (`--context-first "
-    "observation`): the instructions and few-shot example of TextCraft's prompt would make every context about 4x "
-    "longer and a model this small cannot use them. The warm start stops at the first check (every 5 SFT epochs) "
-    "whose sampled success on the training tasks reaches its target (30%), so that RL has room to learn. RL: GRPO-"
-    "style groups of 4 episodes of each task, 2 tasks per step, learning rate 1e-3 (Adam), KL and clipping from each "
-    "estimator's recipe. `textcraft-d1` is TextCraft-v0's generated depth-1 split (one `get` then one `craft`), 8 "
-    "training tasks (gen-d1-0..7) and 8 held-out ones (gen-d1-100..107), 3 turns of at most 20 tokens.",
+    "Setup. The policy is a tiny random Llama (2 layers, hidden 128; 0.3-1.2M parameters with the word-level "
+    "vocabulary of the env's own text) trained from scratch: small enough that a step of 32 TextCraft episodes takes "
+    "about a second on one CPU core. Its context is the transcript form starting from the env's first observation "
+    "(`--context-first observation`): the instructions and few-shot example of TextCraft's prompt would make every "
+    "context about 4x longer and a model this small cannot use them. Training rollouts, the warm start's SFT rows and "
+    "the `hf:` evaluation see the same tokens (`tests/adapters/test_learning_path.py`). The warm start (TRL's "
+    "`SFTTrainer` on the oracle's transcripts of the training tasks) stops at the first check whose sampled success "
+    "on the training tasks reaches 30 %, so that RL has room to learn. RL: groups of G episodes of each task "
+    "(Adam, learning rate 1e-3, KL and clipping from each estimator's recipe); each env's settings line gives its "
+    "batch and budget.",
+    "",
+    "Task sets. `textcraft-d1`: TextCraft-v0's generated depth-1 goals (get the ingredients, then one craft), 8 "
+    "training tasks (gen-d1-0..7) and 8 held-out ones (gen-d1-100..107), 3 turns of at most 20 tokens. "
+    "`textcraft-d12`: depth 1-2, the 8 depth-1 tasks and the 4 depth-2 tasks among gen-d2-0..7 whose oracle plan fits "
+    "6 turns with one to spare (gen-d2-2, 3, 4, 6: 3-5 actions; the others need 6-12), held-out by the same rule "
+    "from id 100, 6 turns of at most 24 tokens. `wikisearch`: WikiSearch-v0 on `hotpotqa-500` (BM25, three passages "
+    "per search, EM reward), 16 training and 16 held-out questions, 3 turns of at most 64 tokens.",
 ]
+
 
 
 # ------------------------------------------------------------------------------------------------ steps
@@ -243,9 +262,11 @@ def greedy_eval(spec: EnvSpec, model_dir: Path, tasks: tuple, out_file: Path) ->
     """Greedy success of ``hf:model_dir`` on ``tasks`` through ``agentgym eval``'s grid (transcript form)."""
     from adapters.warm_start import _TaskListGrid
     from agentgym.eval.grid import run_grid
-    from agentgym.rollout.policy import load_policy
+    from agentgym.rollout.loading import load_policy
 
-    policy = load_policy(f"hf:{model_dir}", device="cpu", max_new_tokens=spec.max_new_tokens, batch_size=32)
+    # raw transcript, no chat template: what agentgym eval gives an hf: policy in the transcript form
+    policy = load_policy(f"hf:{model_dir}", device="cpu", max_new_tokens=spec.max_new_tokens, batch_size=32,
+                         chat_template=False)
     grid = _TaskListGrid(env_id=spec.env_id, split=spec.split, episodes=len(tasks), max_turns=spec.max_turns,
                          env_kwargs={**spec.env_kwargs, "context_form": {"kind": "transcript", "first": CONTEXT_FIRST}},
                          task_list=list(tasks),
@@ -288,7 +309,8 @@ def rl_run(spec: EnvSpec, prof: Profile, warm: Path, out: Path, seed: int, run: 
         est_cfg["v_table"] = str(v_table(spec, prof, warm, seed, out / spec.name / f"seed{seed}" / "vtable.json"))
     interval = math.gcd(*[s for s in prof.eval_steps if s > 0]) if any(prof.eval_steps) else prof.steps
     s = _settings(spec, prof, warm, d, seed, estimator=estimator, estimator_config=est_cfg,
-                  advantage_control=control, steps=prof.steps, save_steps=interval, eval_every=interval)
+                  advantage_control=control, steps=prof.steps, save_steps=interval, eval_every=interval,
+                  **RUN_SETTINGS.get(run, {}))
     t0 = time.perf_counter()
     trainer = train_run(s)
     wall = time.perf_counter() - t0
@@ -406,7 +428,43 @@ def plot(runs: dict, out_dir: Path) -> list[Path]:
         fig.savefig(p, dpi=90)
         plt.close(fig)
         paths.append(p)
+        pair = ("gigpo", "gigpo-returns-before-penalty")
+        if all(r in by_run for r in pair):
+            paths.append(_plot_gigpo_penalty(plt, env, by_run, pair, out_dir))
     return paths
+
+
+def _plot_gigpo_penalty(plt, env: str, by_run: dict, pair: tuple, out_dir: Path) -> Path:
+    """GiGPO's invalid-action penalty inside the step returns (the default) vs verl-agent's placement (returns
+    before the penalty): sampled success and invalid actions per step, mean ± s.e. over seeds."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for run, color in zip(pair, ("tab:blue", "tab:orange")):
+        recs = by_run[run]
+        steps = sorted({int(s) for r in recs for s in r["sampled_train"]})
+        rows = [[r["sampled_train"].get(str(st)) for r in recs] for st in steps]
+        m = [100 * sum(v for v in row if v is not None) / max(1, sum(v is not None for v in row)) for row in rows]
+        se = [100 * _mean_se([v for v in row if v is not None])[1] for row in rows]
+        axes[0].errorbar(steps, m, yerr=[0 if math.isnan(x) else x for x in se], marker="o", capsize=3, color=color,
+                         label=run)
+        series = [r["invalid_per_step"] for r in recs if r.get("invalid_per_step")]
+        if series:
+            n = min(len(x) for x in series)
+            mean = [sum(x[i] for x in series) / len(series) for i in range(n)]
+            smooth = [100 * sum(mean[max(0, i - 4):i + 1]) / len(mean[max(0, i - 4):i + 1]) for i in range(n)]
+            axes[1].plot(range(1, n + 1), smooth, color=color, label=run)
+    axes[0].set_title(f"{env}: sampled success, train tasks (mean ± s.e.)", fontsize=10)
+    axes[1].set_title(f"{env}: invalid actions in RL rollouts (5-step mean)", fontsize=10)
+    for ax in axes:
+        ax.set_xlabel("RL step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("success %")
+    axes[1].set_ylabel("invalid actions %")
+    fig.tight_layout()
+    p = out_dir / f"gigpo_penalty_{env}.png"
+    fig.savefig(p, dpi=90)
+    plt.close(fig)
+    return p
 
 
 def _shown(path: Path) -> str:
@@ -438,9 +496,10 @@ def report(out: Path, results_md: Path, prof_name: str, prof: Profile, not_run: 
                   f"RL: {ep.get('steps')} steps of {ep.get('batch_groups')} tasks x G = {ep.get('group_size')} "
                   f"episodes, learning rate {ep.get('learning_rate')}, evaluations at steps {ep.get('eval_steps')} "
                   f"({ep.get('eval_samples')} sampled episodes per training task).", "",
-                  "| run | n | train greedy before → after | Δ train | held-out greedy before → after | "
-                  "train sampled before → after | invalid actions, steps 1-5 → last 5 | s/step | s/run |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| run | n | train sampled before → after | Δ sampled | Δ sampled per seed | train greedy before → "
+                  "after | Δ greedy | held-out greedy before → after | invalid actions, steps 1-5 → last 5 | s/step | "
+                  "s/run |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for run, recs in sorted(by_run.items(), key=lambda kv: list(RUNS).index(kv[0]) if kv[0] in RUNS else 99):
             last = str(max(int(s) for s in recs[0]["greedy"])) if recs[0]["greedy"] else None
             bt = [r["baseline"]["train"] for r in recs if r["baseline"]]
@@ -450,13 +509,17 @@ def report(out: Path, results_md: Path, prof_name: str, prof: Profile, not_run: 
             st0 = [r["sampled_train"].get("0") for r in recs if r["sampled_train"].get("0") is not None]
             st1 = [r["sampled_train"].get(last) for r in recs if r["sampled_train"].get(last) is not None]
             d = [a - b for a, b in zip(at, bt)]
+            pairs = [(r["seed"], r["sampled_train"].get("0"), r["sampled_train"].get(last)) for r in recs]
+            ds = [b - a for _, a, b in pairs if a is not None and b is not None]
+            per_seed = ", ".join(f"{100 * (b - a):+.1f}" for _, a, b in sorted(pairs)
+                                 if a is not None and b is not None)
             inv0 = [r["invalid_first_last"][0] for r in recs if r.get("invalid_first_last")]
             inv1 = [r["invalid_first_last"][1] for r in recs if r.get("invalid_first_last")]
             wall_step = sum(r["wall_per_step_s"] for r in recs) / len(recs)
             wall_run = sum(r["wall_s"] for r in recs) / len(recs)
-            lines.append(f"| {run} | {len(recs)} | {_fmt(*_mean_se(bt))} → {_fmt(*_mean_se(at))} | "
+            lines.append(f"| {run} | {len(recs)} | {_fmt(*_mean_se(st0))} → {_fmt(*_mean_se(st1))} | "
+                         f"{_fmt(*_mean_se(ds))} | {per_seed} | {_fmt(*_mean_se(bt))} → {_fmt(*_mean_se(at))} | "
                          f"{_fmt(*_mean_se(d))} | {_fmt(*_mean_se(bh))} → {_fmt(*_mean_se(ah))} | "
-                         f"{_fmt(*_mean_se(st0))} → {_fmt(*_mean_se(st1))} | "
                          f"{_fmt(*_mean_se(inv0))} → {_fmt(*_mean_se(inv1))} | {wall_step:.1f} | {wall_run:.0f} |")
         ws = [r["warm_start"] for recs in by_run.values() for r in recs if r["warm_start"]]
         if ws:
@@ -528,8 +591,8 @@ def main(argv=None) -> int:
                                  for e, o in prof.env_overrides.items()}
     prof = Profile(**{**asdict(prof), **over})
     out = Path(args.out)
-    not_run = [f"{run} on {env}: does not apply (needs gold answers)" for env in prof.envs for run in prof.runs
-               if RUNS[run][3] is not None and env not in RUNS[run][3]]
+    not_run = [f"{run} on {env}: does not apply (needs gold answers)" for env in prof.envs
+               for run in prof.env_runs.get(env, prof.runs) if RUNS[run][3] is not None and env not in RUNS[run][3]]
     chains = [(env, seed) for env in prof.envs for seed in prof.seeds]
     if not args.report_only and args.jobs > 1 and len(chains) > 1:
         failed = run_parallel(list(sys.argv[1:] if argv is None else argv), prof, out, chains, args.jobs)
@@ -588,8 +651,8 @@ def run_parallel(argv: list[str], prof: Profile, out: Path, chains: list, jobs: 
                     seed, time.perf_counter() - t0)
         return chain, log, rc
 
-    # longest chains first: WikiSearch's runs take about 3x TextCraft's
-    order = sorted(chains, key=lambda c: (c[0] != "wikisearch", c[1]))
+    # the chains with the most runs first, so that the short ones fill in at the end
+    order = sorted(chains, key=lambda c: (-len(prof.env_runs.get(c[0], prof.runs)), c[0], c[1]))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(one, order))
     wall = time.perf_counter() - t0

@@ -3,14 +3,17 @@ GRPO through ``AgentGymGRPOTrainer`` raise sampled success on the training tasks
 sign-flipped advantages drive it to the floor. A sign error, advantages on the wrong tokens or an unmasked
 observation fail it.
 
-This is the configuration of ``benchmarks/learning.py --profile subset-long`` (RESULTS_learning.md), where GRPO rose
-by +21.1, +19.6 and +14.1 points on its 3 seeds, zero advantages moved +2.9 and the sign flip ended at 0.3 %; this
-run (its own seed-0 warm start) measured 39.8 -> 50.0 % under GRPO and 0 % under the sign flip. The asserted margins
+This is the depth-1 task set of ``benchmarks/learning.py`` (``textcraft-d1``) at a smaller batch than the lab's: 40
+steps of 2 tasks x G = 4 episodes, so that it fits CI's budget. The lab measured GRPO +19 and +13 points with this
+batch (seeds 0 and 1; +30 with its own 48 x 32 episodes), and the sign flip at 0 % (RESULTS_learning.md). This run
+(its own seed-0 warm start) measured 34.4 -> 55.5 % under GRPO and 0 % under the sign flip. The asserted margins
 leave room below those. Everything is seeded (model init, warm start, TRL's sampler, rollout sampling, the
 evaluations) and torch runs on one thread, so the run is deterministic on a given machine (about 40 s on an idle
 2-core machine)."""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 
@@ -74,6 +77,8 @@ def test_learning_direction_grpo_up_sign_flip_down(tmp_path):
             after[control] = _sampled_success(out, s0)
     finally:
         torch.set_num_threads(threads)
+    logging.getLogger(__name__).info("sampled success before %.3f, after GRPO %.3f, after the sign flip %.3f",
+                                     before, after[None], after["sign_flip"])
     assert after[None] >= before + RISE, (before, after)
     assert after["sign_flip"] <= before - FALL, (before, after)
     assert after[None] >= after["sign_flip"] + SEPARATION, (before, after)

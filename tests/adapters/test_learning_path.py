@@ -142,6 +142,34 @@ def test_learning_eval_records_the_context_form_and_export_writes_text_transcrip
         ExportConfig(text=True)  # per-turn rows only
 
 
+def test_learning_hf_eval_sees_a_transcript_as_raw_text(tiny_dir, monkeypatch):
+    """``agentgym eval`` gives an ``hf:`` policy a transcript without its chat template (training encodes the raw
+    transcript), the rebuilt prompt form with it; an ``hf:`` policy never generates a special token other than EOS
+    (decoded text drops it, so it would be in no transcript)."""
+    from agentgym import cli
+    from agentgym.errors import PolicyError
+    from agentgym.rollout import loading
+    from agentgym.rollout.hf_policy import HFConfig, HFPolicy
+
+    seen = []
+
+    def capture(spec, **options):
+        seen.append(options)
+        raise PolicyError("captured")
+
+    monkeypatch.setattr(loading, "load_policy", capture)
+    base = ["eval", "TextCraft-v0", "--split", SPLIT, "--episodes", "1", "--policy", f"hf:{tiny_dir}"]
+    for extra in ([], ["--context-form", "transcript"],
+                  ["--env-arg", "context_form={'kind': 'transcript', 'first': 'observation'}"],
+                  ["--context-form", "prompt"]):
+        assert cli.main(base + extra) == 2
+    assert [o.get("chat_template") for o in seen] == [False, False, False, None]
+    policy = HFPolicy(HFConfig(path=str(tiny_dir), device="cpu"))
+    tok = policy.tokenizer
+    assert tok.eos_token_id not in policy._non_text_ids
+    assert {tok.unk_token_id, tok.pad_token_id, tok.bos_token_id} <= set(policy._non_text_ids)
+
+
 def test_learning_advantage_controls():
     from adapters.trl import control_advantages
 
