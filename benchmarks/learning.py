@@ -25,8 +25,9 @@ For each env, seed and run (an estimator or a control):
 Controls run GRPO's advantages through :func:`adapters.trl.control_advantages` in the same budget: ``zero`` (must
 not learn), ``sign_flip`` (must get worse), ``shuffle`` (advantages shuffled across the batch). PVPO's static V table
 is the warm start's own sampled success per training task. IGPO and A2TGPO need gold answers (information gain):
-WikiSearch only. Every finished run writes ``run.json`` (evaluations, timings); a rerun skips finished runs, so a
-killed lab resumes. The report (``RESULTS_learning.md`` and PNG curves, the ``plot`` extra) is written from whatever
+WikiSearch only. On ``textcraft-d12`` two probes swap GRPO's and GiGPO's loss recipes (``RUN_SETTINGS``: per-token
+vs per-sequence aggregation). ``--jobs`` runs the (env, seed) chains in parallel processes of one torch thread. Every
+finished run writes ``run.json`` (evaluations, timings); a rerun skips finished runs, so a killed lab resumes. The report (``RESULTS_learning.md`` and PNG curves, the ``plot`` extra) is written from whatever
 runs exist, and names the configuration and what did not run.
 """
 
