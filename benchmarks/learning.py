@@ -129,8 +129,12 @@ CONTROLS = ("control-zero", "control-sign_flip", "control-shuffle")
 RUN_SETTINGS: dict[str, dict] = {"gigpo-seq-mean-loss": {"loss": "grpo"}, "grpo-token-mean-loss": {"loss": "gigpo"}}
 RUNS["gigpo-seq-mean-loss"] = ("gigpo", {}, None, None)
 RUNS["grpo-token-mean-loss"] = ("grpo", {}, None, None)
-#: every estimator and control (the loss probes run on textcraft-d12 only)
-MAIN_RUNS = tuple(r for r in RUNS if r not in RUN_SETTINGS)
+#: BiGPO with eps from the paper's App. F search (median cluster size in [4, 8]) on each batch, instead of the
+#: embedder's default 0.10 (the ``bigpo`` row), which merged nearly every state of the tiny model
+RUNS["bigpo-calibrated-eps"] = ("bigpo", {"calibrate_eps": True}, None, None)
+PROBES = ("gigpo-seq-mean-loss", "grpo-token-mean-loss", "bigpo-calibrated-eps")
+#: every estimator and control (the probes above run where a profile names them)
+MAIN_RUNS = tuple(r for r in RUNS if r not in PROBES)
 #: the transcript starts from the env's first observation: a tiny model trained from scratch cannot use the
 #: instructions and few-shot example of the env's prompt, which make TextCraft's context about 4x longer
 CONTEXT_FIRST = "observation"
@@ -178,10 +182,13 @@ PROFILES = {
     # estimator and control on TextCraft depth 1, GRPO/GiGPO/controls on TextCraft depth 1-2, and on WikiSearch
     # GRPO, GiGPO, the two estimators made for it (IGPO, A2TGPO: information gain) and the controls; 3 seeds
     "full": Profile(envs=("textcraft-d1", "textcraft-d12", "wikisearch"), runs=MAIN_RUNS, seeds=(0, 1, 2), **_TC,
-                    env_runs={"textcraft-d12": _D12_RUNS, "wikisearch": _WIKI_RUNS},
+                    env_runs={"textcraft-d1": (*MAIN_RUNS, "bigpo-calibrated-eps"), "textcraft-d12": _D12_RUNS,
+                              "wikisearch": _WIKI_RUNS},
                     env_overrides={"textcraft-d12": {"eval_samples": 8}, "wikisearch": _WIKI}),
     # every estimator that applies to TextCraft depth 1 and the controls, 3 seeds
     "textcraft": Profile(envs=("textcraft-d1",), runs=MAIN_RUNS, seeds=(0, 1, 2), **_TC),
+    # the BiGPO eps probe on TextCraft depth 1
+    "bigpo-eps": Profile(envs=("textcraft-d1",), runs=("bigpo-calibrated-eps",), seeds=(0, 1, 2), **_TC),
     # GRPO, GiGPO with both penalty placements and the controls on TextCraft depth 1
     "subset": Profile(envs=("textcraft-d1",), runs=("grpo", "gigpo", "gigpo-returns-before-penalty", *CONTROLS),
                       seeds=(0, 1, 2), **_TC),
