@@ -24,11 +24,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from agentgym.context import eos_token_ids, non_text_token_ids, response_transcript_ids
 from agentgym.rollout.records import episode_end_columns, step_columns
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EpisodeConfig", "TurnData", "Episode", "play_episodes", "episodes_to_batch", "non_text_token_ids"]
+__all__ = ["EpisodeConfig", "TurnData", "Episode", "play_episodes", "episodes_to_batch"]
 
 
 @dataclass(frozen=True)
@@ -113,25 +114,6 @@ class Episode:
         return list(self.prompt_ids) + list(self.completion_ids)
 
 
-def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
-    ids = []
-    for src in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
-                getattr(tokenizer, "eos_token_id", None)):
-        if isinstance(src, (list, tuple)):
-            ids.extend(int(x) for x in src)
-        elif src is not None:
-            ids.append(int(src))
-    return sorted(set(ids))
-
-
-def non_text_token_ids(tokenizer: Any, eos: Sequence[int]) -> list[int]:
-    """The special tokens other than EOS (and a pad that is the EOS): a response is decoded without them, so one
-    the model generated would stay in the training context but vanish from the text transcript ``agentgym eval``
-    rebuilds (an ``[UNK]`` or a BOS mid-response). Rollouts and ``hf:`` policies in raw-text mode never generate
-    them."""
-    return sorted(set(int(t) for t in getattr(tokenizer, "all_special_ids", ()) or ()) - set(int(t) for t in eos))
-
-
 def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -139,7 +121,7 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
 def _generate(model: Any, contexts: list[list[int]], cfg: EpisodeConfig, pad_id: int, eos: list[int],
               suppress: Sequence[int] = ()) -> list[list[int]]:
     """One batched ``generate`` over left-padded contexts; returns each row's new tokens, cut after the first
-    EOS (kept) and stripped of padding. ``suppress``: token ids never generated (:func:`non_text_token_ids`)."""
+    EOS (kept) and stripped of padding. ``suppress``: token ids never generated (:func:`agentgym.context.non_text_token_ids`)."""
     import torch
 
     dev = next(model.parameters()).device
@@ -196,9 +178,9 @@ def play_episodes(model: Any, tokenizer: Any, env_id: str, specs: Sequence[tuple
     pool = envs.setdefault(pool_key, []) if envs is not None else []
     while len(pool) < len(specs):
         pool.append(agentgym.make(env_id, **kwargs))
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (_eos_ids(tokenizer, model) or [0])[0]
-    eos = _eos_ids(tokenizer, model)
-    suppress = [t for t in non_text_token_ids(tokenizer, eos) if t != pad_id or pad_id not in eos]
+    eos = eos_token_ids(tokenizer, model)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or [0])[0]
+    suppress = non_text_token_ids(tokenizer, eos)
     form = cfg.context_form()
     episodes: list[Episode] = []
     for (task_id, seed, group_id, traj_id), env in zip(specs, pool):
@@ -236,12 +218,9 @@ def play_episodes(model: Any, tokenizer: Any, env_id: str, specs: Sequence[tuple
                     # no room for this observation and one more action: stop here, truncated by budget
                     finished, truncated, obs_ids = True, True, []
                     ep.budget_truncated = True
-            if not finished and len(act) > 1 and act[-1] in eos:
-                # The EOS that ended a non-final response is not text: the transcript the next turn sees (and that
-                # `agentgym eval` and the warm start's SFT rows rebuild from text) has none. Keeping it would
-                # train and evaluate the model on different contexts (measured: greedy success of one warm start
-                # 62.5 % with EOS in the history vs 87.5 % without). The final response keeps its EOS.
-                act = act[:-1]
+            # Keeping a non-final EOS would train and evaluate the model on different contexts (measured: greedy
+            # success of one warm start 62.5 % with EOS in the history vs 87.5 % without)
+            act = response_transcript_ids(act, eos, final=finished)
             ep.completion_ids.extend(act)
             ep.env_mask.extend([1] * len(act))
             ep.token_turn.extend([len(ep.turns)] * len(act))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 __all__ = ["CONTEXT_FORMS", "FIRST_CONTEXTS", "DEFAULT_CONTEXT_FORM", "DEFAULT_OBS_TEMPLATE", "ContextForm", "policy_context",
+           "eos_token_ids", "non_text_token_ids", "response_transcript_ids",
            "set_context_form"]
 
 CONTEXT_FORMS = ("transcript", "prompt")
@@ -112,3 +113,34 @@ def policy_context(env: Any) -> str:
         raise RuntimeError("policy_context: the transcript's first prompt was not taken at turn 0 (call it after "
                            "reset)")
     return form.render(env.first_prompt, env.context_turns)
+
+
+# ---- the transcript's token-level rules, shared by every model-side rollout (TRL adapter, verl agent loop, hf:) ----
+def eos_token_ids(tokenizer: Any, model: Any = None) -> list[int]:
+    """The ids that end a response: the model's ``generation_config.eos_token_id`` (an int or a list) and the
+    tokenizer's EOS."""
+    ids: set[int] = set()
+    for src in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+                getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(src, (list, tuple)):
+            ids.update(int(x) for x in src)
+        elif src is not None:
+            ids.add(int(src))
+    return sorted(ids)
+
+
+def non_text_token_ids(tokenizer: Any, eos: Sequence[int]) -> list[int]:
+    """The special tokens other than ``eos``: a response is decoded without them, so one the model generated would
+    stay in a token-level context but vanish from the text transcript (an ``[UNK]`` or a BOS mid-response). Raw-text
+    rollouts and ``hf:`` policies never generate them."""
+    return sorted({int(t) for t in getattr(tokenizer, "all_special_ids", ()) or ()} - {int(t) for t in eos})
+
+
+def response_transcript_ids(response_ids: Sequence[int], eos: Sequence[int], *, final: bool) -> list[int]:
+    """The tokens a response adds to a transcript: the EOS that ended a non-final response is not text, so the next
+    turn's context (and the one ``agentgym eval`` and SFT rows rebuild from text) has none; the last response keeps
+    it, and a response that is only an EOS keeps it (a turn is never empty)."""
+    ids = list(response_ids)
+    if not final and len(ids) > 1 and ids[-1] in set(eos):
+        return ids[:-1]
+    return ids

@@ -121,18 +121,19 @@ RUNS: dict[str, tuple[str, dict, str | None, tuple | None]] = {
     "control-zero": ("grpo", {}, "zero", None),
     "control-sign_flip": ("grpo", {}, "sign_flip", None),
     "control-shuffle": ("grpo", {}, "shuffle", None),
+    # probes (PROBES): each estimator with the other's loss recipe (RUN_SETTINGS) ...
+    "gigpo-seq-mean-loss": ("gigpo", {}, None, None),
+    "grpo-token-mean-loss": ("grpo", {}, None, None),
+    # ... and BiGPO with eps from the paper's App. F search (median cluster size in [4, 8]) on each batch instead of
+    # the embedder's default 0.10 (the ``bigpo`` row), which is too loose on the tiny model's hidden states
+    "bigpo-calibrated-eps": ("bigpo", {"calibrate_eps": True}, None, None),
 }
 CONTROLS = ("control-zero", "control-sign_flip", "control-shuffle")
+PROBES = ("gigpo-seq-mean-loss", "grpo-token-mean-loss", "bigpo-calibrated-eps")
 #: run name -> ``agentgym train`` settings of its own. The loss-aggregation probes: GiGPO's recipe aggregates the
 #: loss per token over the batch ("token-mean", so a long failing episode weighs more than a short win), GRPO's per
-#: sequence ("seq-mean-token-mean"); each estimator with the other's loss recipe
+#: sequence ("seq-mean-token-mean")
 RUN_SETTINGS: dict[str, dict] = {"gigpo-seq-mean-loss": {"loss": "grpo"}, "grpo-token-mean-loss": {"loss": "gigpo"}}
-RUNS["gigpo-seq-mean-loss"] = ("gigpo", {}, None, None)
-RUNS["grpo-token-mean-loss"] = ("grpo", {}, None, None)
-#: BiGPO with eps from the paper's App. F search (median cluster size in [4, 8]) on each batch, instead of the
-#: embedder's default 0.10 (the ``bigpo`` row), which merged nearly every state of the tiny model
-RUNS["bigpo-calibrated-eps"] = ("bigpo", {"calibrate_eps": True}, None, None)
-PROBES = ("gigpo-seq-mean-loss", "grpo-token-mean-loss", "bigpo-calibrated-eps")
 #: every estimator and control (the probes above run where a profile names them)
 MAIN_RUNS = tuple(r for r in RUNS if r not in PROBES)
 #: the transcript starts from the env's first observation: a tiny model trained from scratch cannot use the

@@ -28,6 +28,8 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
+from agentgym.context import eos_token_ids, response_transcript_ids
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["AgentGymAgentLoop", "AGENT_NAME"]
@@ -121,10 +123,10 @@ class AgentGymAgentLoop(AgentLoopBase):
                 room = self.response_length - len(response) - len(act) - (per_turn if per_turn is not None else 1)
                 if room < max(len(obs_ids), 1):
                     finished, trunc, obs_ids = True, True, []
-            if not finished and len(act) > 1 and act[-1] == self.tokenizer.eos_token_id:
-                # the EOS ending a non-final response is not text: the next turn's context has none, as in the
-                # TRL adapter's rollout (adapters.episodes) and the transcripts agentgym eval rebuilds
-                act, lp = act[:-1], lp[:len(act) - 1]
+            # the EOS ending a non-final response is not text: the next turn's context has none, as in the TRL
+            # adapter's rollout and the transcripts agentgym eval rebuilds
+            act = response_transcript_ids(act, eos_token_ids(self.tokenizer), final=finished)
+            lp = lp[:len(act)]
             response += act
             mask += [1] * len(act)
             token_turn += [k] * len(act)

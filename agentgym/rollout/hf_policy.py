@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..context import eos_token_ids, non_text_token_ids
 from ..errors import MissingDependencyError, PolicyError
 from .policy import PolicyResponse, PromptContext, request_seeds
 
@@ -57,13 +58,6 @@ class HFConfig:
             raise PolicyError(f"dtype must be one of {', '.join(_DTYPES)}, got {self.dtype!r}")
         if self.batch_size < 1 or self.max_new_tokens < 1:
             raise PolicyError("batch_size and max_new_tokens must be >= 1")
-
-
-def _as_list(value) -> list:
-    """A token id setting (None, an int or a list of ints) as a list."""
-    if value is None:
-        return []
-    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
 
 
 def pick_device(torch, requested: str = "auto") -> str:
@@ -111,8 +105,7 @@ class HFPolicy:
                 raise PolicyError(f"hf:{config.path}: the tokenizer has neither a pad nor an eos token")
             tok.pad_token = tok.eos_token
         self.use_chat = bool(config.chat_template and getattr(tok, "chat_template", None))
-        eos_ids = {tok.eos_token_id} | set(_as_list(getattr(self.model.generation_config, "eos_token_id", None)))
-        self._non_text_ids = sorted(set(tok.all_special_ids) - eos_ids - {None})
+        self._non_text_ids = non_text_token_ids(tok, eos_token_ids(tok, self.model))
         self.name = f"hf:{config.path}"
 
     @property
@@ -151,7 +144,7 @@ class HFPolicy:
         gen_kw = dict(max_new_tokens=c.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id)
         if not self.use_chat and self._non_text_ids:
             # raw text (the transcript form agentgym train trains in): special tokens other than EOS are never
-            # generated, as in the training rollouts (adapters.episodes.non_text_token_ids): decoded text drops them
+            # generated, as in the training rollouts (agentgym.context.non_text_token_ids): decoded text drops them
             gen_kw["suppress_tokens"] = self._non_text_ids
         if c.temperature and c.temperature > 0 and seeds is None:
             gen_kw.update(do_sample=True, temperature=c.temperature)
