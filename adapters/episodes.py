@@ -132,7 +132,8 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
 def _generate(model: Any, contexts: list[list[int]], cfg: EpisodeConfig, pad_id: int, eos: list[int],
               suppress: Sequence[int] = (), keys: Sequence[Any] | None = None) -> list[list[int]]:
     """One batched ``generate`` over left-padded contexts; returns each row's new tokens, cut after the first
-    EOS (kept) and stripped of padding. ``suppress``: token ids never generated (:func:`agentgym.context.non_text_token_ids`).
+    EOS (kept) and stripped of padding. ``suppress``: token ids never generated
+    (:func:`agentgym.context.non_text_token_ids`).
     ``keys``: each row's sampling stream (:func:`agentgym.rollout.sampling.generate_kwargs`)."""
     import torch
 

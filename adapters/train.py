@@ -93,6 +93,8 @@ class TrainSettings:
     warm_start_max_epochs: int = 60
     warm_start_eval_every: int = 0
     warm_start_learning_rate: float = 5e-3
+    warm_start_lr_schedule: str = "linear"
+    warm_start_loss_on: str = "completion"
     warm_start_seed: int = 0
     save_steps: int = 50
     save_total_limit: int | None = 3
@@ -166,6 +168,10 @@ HELP: dict[str, str] = {
     "warm_start_max_epochs": "SFT epochs over the oracle rows (the budget; at most this many with a target)",
     "warm_start_eval_every": "SFT epochs between success checks (0: one check, at the end)",
     "warm_start_learning_rate": "SFT learning rate",
+    "warm_start_loss_on": "what the SFT loss covers: completion (the oracle's responses) or transcript (every token, "
+                          "the observations too: a language-model objective on the env's text)",
+    "warm_start_lr_schedule": "SFT learning-rate schedule: constant, linear (decays to 0 at the end of the budget, so "
+                              "the last epochs settle instead of oscillating) or cosine",
     "warm_start_seed": "seed of the warm start (SFT order and its success checks)",
     "save_steps": "checkpoint every N steps (and at the end)",
     "save_total_limit": "checkpoints kept",
@@ -222,6 +228,10 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument(flag, choices=FIRST_CONTEXTS, help=text)
         elif name == "advantage_control":
             p.add_argument(flag, choices=("zero", "sign_flip", "shuffle"), help=text)
+        elif name == "warm_start_loss_on":
+            p.add_argument(flag, choices=("completion", "transcript"), help=text)
+        elif name == "warm_start_lr_schedule":
+            p.add_argument(flag, choices=("constant", "linear", "cosine"), help=text)
         elif name == "eps_calibration":
             p.add_argument(flag, choices=("once", "each-batch"), help=text)
         else:
@@ -490,7 +500,8 @@ def _warm_start_config(s: TrainSettings):
     try:
         return WarmStartConfig(target=s.warm_start_target, max_epochs=s.warm_start_max_epochs,
                                eval_every=s.warm_start_eval_every, learning_rate=s.warm_start_learning_rate,
-                               seed=s.warm_start_seed, samples=s.eval_samples)
+                               seed=s.warm_start_seed, samples=s.eval_samples,
+                               lr_schedule=s.warm_start_lr_schedule, loss_on=s.warm_start_loss_on)
     except ValueError as e:
         raise SettingsError(str(e)) from None
 

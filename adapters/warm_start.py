@@ -37,11 +37,19 @@ logger = logging.getLogger(__name__)
 __all__ = ["WarmStartConfig", "WarmStartResult", "oracle_sft_rows", "warm_start"]
 
 
+#: The warm start's learning-rate schedules (TRL / transformers names).
+LR_SCHEDULES = ("constant", "linear", "cosine")
+
+
 @dataclass
 class WarmStartConfig:
     """``max_epochs``: the SFT epochs (the budget); ``target``: None (default: train the whole budget) or stop once
     sampled success on the training tasks reaches it; ``eval_every``: epochs between checks (0: only at the end);
-    ``samples``: sampled episodes per task of a check."""
+    ``samples``: sampled episodes per task of a check; ``lr_schedule``: ``constant`` or ``linear`` (decays to 0 at
+    the end of the budget, so the last epochs settle instead of oscillating; the default) or ``cosine``;
+    ``loss_on``: ``completion`` (the oracle's responses only; the default) or ``transcript`` (every token of each
+    row, the observations too: a language-model objective on the env's text, which gives a small model trained from
+    scratch many more examples of its structure, such as a recipe line that an action repeats)."""
 
     target: float | None = None
     max_epochs: int = 60
@@ -50,6 +58,8 @@ class WarmStartConfig:
     batch_size: int = 4
     seed: int = 0
     samples: int = 4
+    lr_schedule: str = "linear"
+    loss_on: str = "completion"
 
     def __post_init__(self) -> None:
         if self.target is not None and not 0.0 < self.target <= 1.0:
@@ -58,6 +68,10 @@ class WarmStartConfig:
             raise ValueError("warm start max_epochs must be >= 1 and eval_every >= 0")
         if self.target is not None and self.eval_every < 1:
             raise ValueError("a warm start target needs checks: eval_every >= 1")
+        if self.loss_on not in ("completion", "transcript"):
+            raise ValueError(f"warm start loss_on must be 'completion' or 'transcript', got {self.loss_on!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"warm start lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
 
 
 @dataclass
@@ -158,9 +172,9 @@ def warm_start(model: Any, tokenizer: Any, env_id: str, task_ids: Sequence[str],
 
     args = SFTConfig(output_dir=str(out_dir / "sft"), num_train_epochs=cfg.max_epochs,
                      per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                     lr_scheduler_type="constant", seed=cfg.seed, data_seed=cfg.seed, use_cpu=use_cpu,
+                     lr_scheduler_type=cfg.lr_schedule, seed=cfg.seed, data_seed=cfg.seed, use_cpu=use_cpu,
                      save_strategy="no", report_to="none", logging_steps=50, disable_tqdm=True,
-                     max_length=None, completion_only_loss=True)
+                     max_length=None, completion_only_loss=cfg.loss_on == "completion")
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
                          callbacks=[_Checks()])
     trainer.train()

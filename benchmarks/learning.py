@@ -76,8 +76,9 @@ EVAL_SAMPLING_SEED = 1009
 @dataclass(frozen=True)
 class EnvSpec:
     """One task set of the lab: its env and split, how its training and held-out tasks are chosen (``select``, a
-    function of the spec giving ``(train, heldout)`` task ids), rollout settings, the warm start's fixed budget and
-    the tiny model (``tokenizer``: ``word`` or ``char``)."""
+    rule of :func:`_select` giving ``(train, heldout)`` task ids), rollout settings, the warm start (a fixed budget
+    of SFT epochs; ``warm_loss_on``: the oracle's responses only or the whole transcript) and the tiny model
+    (``tokenizer``: ``word`` or ``char``)."""
 
     name: str
     env_id: str
@@ -88,8 +89,9 @@ class EnvSpec:
     max_completion_tokens: int
     describe: str
     env_kwargs: dict = field(default_factory=dict)
-    warm_epochs: int = 40
+    warm_epochs: int = 30
     warm_learning_rate: float = 5e-3
+    warm_loss_on: str = "completion"
     tokenizer: str = "word"
     hidden_size: int = 128
     layers: int = 2
@@ -198,13 +200,32 @@ def _select(name: str, rule: str, args_json: str) -> tuple[tuple, tuple]:
     raise ValueError(f"unknown task-set rule {rule!r}")
 
 
+def unseen_recipe_tasks(split: str, train: tuple, held: tuple) -> tuple:
+    """The held-out TextCraft tasks whose goal's own recipe line appears in no training task's context (a held-out
+    goal item may otherwise show up in a training task as a distractor recipe, which a warm start trained on the
+    whole transcript has read as text)."""
+    import agentgym
+
+    env = agentgym.make("TextCraft-v0", split=split)
+    seen = {line for t in train for line in env.get_task(t).context}
+    out = []
+    for t in held:
+        task = env.get_task(t)
+        goals = {g.replace("_", " ") for g in task.targets}
+        own = [line for line in task.context if line.split(" using ")[0].split(" ", 2)[-1] in goals]
+        if not any(line in seen for line in own):
+            out.append(t)
+    return tuple(out)
+
+
 def _textcraft_d1() -> EnvSpec:
     return EnvSpec("textcraft-d1", "TextCraft-v0", "gen-depth1", "textcraft-first", max_turns=3, max_new_tokens=20,
-                   max_completion_tokens=160, warm_epochs=40,
+                   max_completion_tokens=160, warm_epochs=30,
                    select_args={"parts": [["gen-depth1", 8, 8, 3]]},
                    describe="TextCraft-v0's generated depth-1 goals (get the ingredients, then one craft): the first 8 "
                             "goal items of `gen-depth1` in id order whose oracle plan fits 3 turns for training, the "
-                            "next 8 held out; 3 turns of at most 20 tokens; warm start 40 SFT epochs")
+                            "next 8 held out; 3 turns of at most 20 tokens; warm start 30 SFT epochs (learning rate "
+                            "5e-3 decaying linearly to 0)")
 
 
 def _textcraft_d12() -> EnvSpec:
@@ -218,21 +239,27 @@ def _textcraft_d12() -> EnvSpec:
                             "next 8 + 4 held out; 6 turns of at most 24 tokens; warm start 30 SFT epochs at 2e-3")
 
 
-def _textcraft_broad(tokenizer: str = "char") -> EnvSpec:
+def _textcraft_broad(tokenizer: str = "word", loss_on: str = "transcript") -> EnvSpec:
     char = tokenizer == "char"
-    return EnvSpec(f"textcraft-broad-{tokenizer}", "TextCraft-v0", "gen-depth1", "textcraft-items", max_turns=4,
+    epochs = (30 if loss_on == "transcript" else 40) if char else BROAD_WARM_EPOCHS
+    suffix = "" if (tokenizer, loss_on) == ("word", "transcript") else \
+        f"-{tokenizer}" + ("-responses" if loss_on == "completion" else "")
+    return EnvSpec(f"textcraft-broad{suffix}", "TextCraft-v0", "gen-depth1", "textcraft-items", max_turns=4,
                    max_new_tokens=96 if char else 24, max_completion_tokens=800 if char else 256,
-                   warm_epochs=BROAD_WARM_EPOCHS, tokenizer=tokenizer,
+                   warm_epochs=epochs, tokenizer=tokenizer, warm_loss_on=loss_on,
                    select_args={"split": "gen-depth1", "max_actions": 4, "n_heldout": 50, "draw_seed": 12345},
                    describe="every depth-1 goal item of TextCraft (147; the oracle needs 2-4 actions): 50 drawn with a "
                             "fixed seed are held out, the other 97 trained on (disjoint by goal item; a held-out "
-                            "item may appear in a training task's distractor recipes); 4 turns of at most "
+                            "item may appear in a training task's context as a distractor recipe); 4 turns of at most "
                             f"{96 if char else 24} tokens; a {'character' if char else 'word'}-level tiny model; "
-                            f"warm start {BROAD_WARM_EPOCHS} SFT epochs")
+                            f"warm start {epochs} SFT epochs on "
+                            + ("the whole transcripts (a language-model loss on the observations too)"
+                               if loss_on == "transcript" else "the oracle's responses only"))
 
 
-#: SFT epochs of the generalisation set's warm start (measured in the analysis)
-BROAD_WARM_EPOCHS = 20
+#: SFT epochs of the word-level generalisation warm start (measured in the analysis: with the transcript loss,
+#: held-out success appears by epoch 20-40)
+BROAD_WARM_EPOCHS = 80
 
 
 def _wikisearch() -> EnvSpec:
@@ -246,8 +273,11 @@ def _wikisearch() -> EnvSpec:
 
 
 ENV_SPECS = {"textcraft-d1": _textcraft_d1, "textcraft-d12": _textcraft_d12,
-             "textcraft-broad-char": lambda: _textcraft_broad("char"),
-             "textcraft-broad-word": lambda: _textcraft_broad("word"), "wikisearch": _wikisearch}
+             "textcraft-broad": lambda: _textcraft_broad("word", "transcript"),
+             "textcraft-broad-responses": lambda: _textcraft_broad("word", "completion"),
+             "textcraft-broad-char": lambda: _textcraft_broad("char", "transcript"),
+             "textcraft-broad-char-responses": lambda: _textcraft_broad("char", "completion"),
+             "wikisearch": _wikisearch}
 
 # ------------------------------------------------------------------------------------------------ runs
 #: run name -> (estimator, estimator config, advantage control, envs it applies to or None for all)
@@ -334,17 +364,21 @@ _WIKI = dict(steps=20, eval_steps=(0, 10, 20), group_size=4, batch_groups=2, eva
 PROFILES = {
     # the whole lab, one command: every estimator and control on TextCraft depth 1, the step-level estimators
     # against GRPO on depth 1-2, and the generalisation set; 3 seeds
-    "full": Profile(envs=("textcraft-d1", "textcraft-d12", "textcraft-broad-char"), runs=TEXTCRAFT_RUNS,
+    "full": Profile(envs=("textcraft-d1", "textcraft-d12", "textcraft-broad"), runs=TEXTCRAFT_RUNS,
                     seeds=(0, 1, 2), **_TC,
-                    env_runs={"textcraft-d12": D12_RUNS, "textcraft-broad-char": GENERALISATION_RUNS},
-                    env_overrides={"textcraft-d12": {"eval_samples": 8}, "textcraft-broad-char": _BROAD}),
+                    env_runs={"textcraft-d12": D12_RUNS, "textcraft-broad": GENERALISATION_RUNS},
+                    env_overrides={"textcraft-d12": {"eval_samples": 8}, "textcraft-broad": _BROAD}),
     # every estimator that applies to TextCraft depth 1 and the controls, 3 seeds
     "textcraft": Profile(envs=("textcraft-d1",), runs=TEXTCRAFT_RUNS, seeds=(0, 1, 2), **_TC),
     # TextCraft depth 1-2: the step-level credit question
     "d12": Profile(envs=("textcraft-d12",), runs=D12_RUNS, seeds=(0, 1, 2), **{**_TC, "eval_samples": 8}),
-    # held-out goals: the character-level tiny model (the word-level one for comparison: --envs)
-    "generalisation": Profile(envs=("textcraft-broad-char",), runs=GENERALISATION_RUNS, seeds=(0, 1, 2),
+    # held-out goals: GRPO, GiGPO and the controls on the broad set
+    "generalisation": Profile(envs=("textcraft-broad",), runs=GENERALISATION_RUNS, seeds=(0, 1, 2),
                               **{**_TC, **_BROAD}),
+    # what transfers before any RL: the warm starts of the broad set, word- and character-level, trained on the
+    # oracle's responses only or on the whole transcripts (no RL runs: the report's warm-start table)
+    "transfer-warm-starts": Profile(envs=("textcraft-broad-responses", "textcraft-broad", "textcraft-broad-char",
+                                          "textcraft-broad-char-responses"), runs=(), seeds=(0,), **{**_TC, **_BROAD}),
     # WikiSearch alone
     "wikisearch": Profile(envs=("wikisearch",), runs=WIKI_RUNS, seeds=(0, 1, 2), **{**_TC, **_WIKI}),
     # a minutes-long smoke run (its numbers are not checked: 8 steps move little)
@@ -449,6 +483,7 @@ def _settings(spec: EnvSpec, prof: Profile, model: Path, out: Path, seed: int, *
                 max_completion_tokens=spec.max_completion_tokens, learning_rate=prof.learning_rate, seed=seed,
                 cpu=True, output_dir=str(out), eval_samples=prof.eval_samples, warm_start_seed=seed,
                 warm_start_max_epochs=spec.warm_epochs, warm_start_learning_rate=spec.warm_learning_rate,
+                warm_start_loss_on=spec.warm_loss_on,
                 save_total_limit=None, temperature=1.0, top_k=0, top_p=1.0, context_first=CONTEXT_FIRST)
     base.update(kw)
     return TrainSettings(**base)
@@ -583,6 +618,7 @@ def rl_run(spec: EnvSpec, prof: Profile, warm: Path, warm_key: dict, out: Path, 
     evals = {str(r["step"]): r for r in metrics if "eval/sampled_success" in r}
     in_training = {k: {"sampled": r["eval/sampled_success"], "greedy": r["eval/greedy_success"],
                        "per_task_greedy": r.get("eval/per_task_greedy", {}),
+                       "per_task_sampled": r.get("eval/per_task_sampled", {}),
                        "sampling": {x: r.get(f"eval/{x}") for x in ("temperature", "top_k", "top_p")}}
                    for k, r in evals.items()}
     # token-exact transcripts: the in-training greedy evaluation and agentgym eval's hf: policy play the same ids
@@ -597,6 +633,11 @@ def rl_run(spec: EnvSpec, prof: Profile, warm: Path, warm_key: dict, out: Path, 
     (d / "run.json").write_text(json.dumps(rec, indent=1), encoding="utf-8")
     del trainer
     return rec
+
+
+#: The estimator diagnostics (``agentgym/*`` in metrics.jsonl) the report averages per run.
+DIAGNOSTICS = ("agentgym/frac_groups_all_equal", "agentgym/singleton_record_frac", "agentgym/step_adv_std",
+               "agentgym/episode_adv_std", "agentgym/eps_used")
 
 
 def _eps_used(metrics: list[dict]) -> list[float]:
@@ -624,7 +665,9 @@ def _ms(xs: list[float]) -> str:
 
 
 def collect(out: Path, prof: Profile) -> dict:
-    """The finished runs of this profile under ``out``: env -> run -> [run record with its warm start's]."""
+    """The finished runs of this profile under ``out`` made by this code (their key's code identity): env -> run ->
+    [run record with its warm start's]. A run made by other code is left out (the report lists it as stale)."""
+    code = _key({})["code"]
     runs: dict = {}
     for env in prof.envs:
         for seed in prof.seeds:
@@ -636,11 +679,15 @@ def collect(out: Path, prof: Profile) -> dict:
                 if not f.is_file():
                     continue
                 r = json.loads(f.read_text())
+                if (r.get("key") or {}).get("code") != code:
+                    continue
                 r["baseline"] = json.loads(base.read_text()) if base.is_file() else None
                 r["warm_start"] = json.loads(ws.read_text()) if ws.is_file() else None
                 metrics = [json.loads(line) for line in (d / run / "metrics.jsonl").read_text().splitlines()]
                 inv = [m["agentgym/invalid_action_frac"] for m in metrics if "agentgym/invalid_action_frac" in m]
                 r["invalid_per_step"] = inv
+                r["diagnostics"] = {k: sum(m[k] for m in metrics if k in m) / max(1, sum(k in m for m in metrics))
+                                    for k in DIAGNOSTICS if any(k in m for m in metrics)}
                 r["invalid_first_last"] = (sum(inv[:5]) / len(inv[:5]), sum(inv[-5:]) / len(inv[-5:])) if inv else None
                 runs.setdefault(env, {}).setdefault(run, []).append(r)
     return runs
@@ -718,7 +765,8 @@ def _env_table(env: str, by_run: dict) -> list[str]:
              f"({ep.get('eval_samples')} sampled episodes per task), the {len(held)} held-out tasks before and after "
              f"({ep.get('heldout_samples')} sampled episodes per task). Δ is after − before per seed, then mean ± s.e.",
              "",
-             "| run | n | train sampled before → after | Δ train sampled (per seed) | held-out sampled before → after | "
+             "| run | n | train sampled before → after | Δ train sampled (per seed) | "
+             "held-out sampled before → after | "
              "Δ held-out sampled (per seed) | held-out tasks won (sampled, of "
              f"{len(held)}) before → after | train greedy (hf:) before → after | held-out greedy (hf:) before → after "
              "| invalid actions, steps 1-5 → last 5 | s/run |",
@@ -745,23 +793,91 @@ def _env_table(env: str, by_run: dict) -> list[str]:
             f"| {_ms(h0)} → {_ms(h1)} | {_ms(dh)} ({', '.join(f'{100 * x:+.1f}' for x in dh)}) | "
             f"{sum(won0) / len(won0):.1f} → {sum(won1) / len(won1):.1f} | {_ms(g0)} → {_ms(g1)} | "
             f"{_ms(gh0)} → {_ms(gh1)} | {_ms(inv0)} → {_ms(inv1)} | {wall:.0f} |")
-    ws = {}
-    for recs in by_run.values():
-        for r in recs:
-            if r["warm_start"]:
-                ws[r["seed"]] = r["warm_start"]
-    if ws:
-        lines += ["", "Warm starts (the fixed budget; sampled success on the training tasks at its last epoch): " +
-                  "; ".join(f"seed {k}: {w['epochs']} SFT epochs, {100 * w['checks'][-1]['sampled_success']:.1f} %"
-                            for k, w in sorted(ws.items()))]
+    if spec.select == "textcraft-items":  # held-out goals whose recipe line no training text shows
+        clean = set(unseen_recipe_tasks(spec.split, train, held))
+        lines += ["", f"Held-out goals whose recipe line appears in no training task's context ({len(clean)} of "
+                      f"{len(held)}; the others appear there as distractor recipes), sampled success:", "",
+                  "| run | unseen-recipe held-out sampled before → after | Δ (per seed) | tasks won before → after |",
+                  "|---|---|---|---|"]
+        for run, recs in sorted(by_run.items(), key=lambda kv: list(RUNS).index(kv[0]) if kv[0] in RUNS else 99):
+            recs = sorted(recs, key=lambda r: r["seed"])
+
+            def sub(per):
+                vals = [v for t, v in per.items() if t in clean]
+                return sum(vals) / len(vals) if vals else float("nan"), sum(v > 0 for v in vals)
+
+            b = [sub(r["baseline"]["heldout"]["per_task_sampled"]) for r in recs]
+            a = [sub(r["heldout"]["per_task_sampled"]) for r in recs]
+            dd = [y[0] - x[0] for x, y in zip(b, a)]
+            lines.append(f"| {run} | {_ms([x[0] for x in b])} → {_ms([x[0] for x in a])} | {_ms(dd)} "
+                         f"({', '.join(f'{100 * x:+.1f}' for x in dd)}) | {sum(x[1] for x in b) / len(b):.1f} → "
+                         f"{sum(x[1] for x in a) / len(a):.1f} |")
+    deep = [t for t in train if t.startswith("gen-d2-")]
+    if deep:  # the multi-step tasks of a mixed set, apart: where step-level credit should matter
+        lines += ["", f"Depth-2 training tasks alone ({len(deep)} of {len(train)}), and what the estimators saw (means "
+                      "over steps and seeds of the `agentgym/*` diagnostics in metrics.jsonl): the share of groups "
+                      "whose episodes all scored the same (no outcome signal), the share of turns in a singleton "
+                      "step group (no step-level signal), and the std of GiGPO's step and episode advantage terms.", "",
+                  "| run | depth-2 sampled before → after | Δ depth-2 (per seed) | depth-1 sampled before → after | "
+                  "groups all equal | singleton turns | step adv. std | episode adv. std |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for run, recs in sorted(by_run.items(), key=lambda kv: list(RUNS).index(kv[0]) if kv[0] in RUNS else 99):
+            recs = sorted(recs, key=lambda r: r["seed"])
+
+            def part(r, step, tasks):
+                per = r["train"][step].get("per_task_sampled") or {}
+                vals = [per[t] for t in tasks if t in per]
+                return sum(vals) / len(vals) if vals else float("nan")
+
+            shallow = [t for t in train if t not in deep]
+            d0, d1 = [part(r, "0", deep) for r in recs], [part(r, last, deep) for r in recs]
+            s0, s1 = [part(r, "0", shallow) for r in recs], [part(r, last, shallow) for r in recs]
+            dd = [b - a for a, b in zip(d0, d1)]
+
+            def diag(key):
+                vals = [r["diagnostics"][key] for r in recs if key in r.get("diagnostics", {})]
+                return f"{sum(vals) / len(vals):.2f}" if vals else "-"
+
+            lines.append(f"| {run} | {_ms(d0)} → {_ms(d1)} | {_ms(dd)} ({', '.join(f'{100 * x:+.1f}' for x in dd)}) "
+                         f"| {_ms(s0)} → {_ms(s1)} | {diag('agentgym/frac_groups_all_equal')} | "
+                         f"{diag('agentgym/singleton_record_frac')} | {diag('agentgym/step_adv_std')} | "
+                         f"{diag('agentgym/episode_adv_std')} |")
     agree = [r["greedy_agreement"] for recs in by_run.values() for r in recs]
-    lines += ["", f"Token-exact transcripts: the in-training greedy evaluation and `agentgym eval --policy hf:` agree on "
+    lines += ["", "Token-exact transcripts: the in-training greedy evaluation and `agentgym eval --policy hf:` agree on "
                   f"{sum(a for a, _ in agree)} of {sum(n for _, n in agree)} (checkpoint, training task) results.", ""]
     once = [r for r in by_run.get("bigpo-eps-once", [])]
     if once:
         lines += ["BiGPO's ε, calibrated once (App. F) per run: " +
                   ", ".join(f"seed {r['seed']}: {r['eps_used'][0]:.3f}" for r in once if r["eps_used"]), ""]
     return lines
+
+
+def _warm_table(out: Path, prof: Profile, env: str) -> list[str]:
+    """The warm starts of ``env`` (one row per seed): what the SFT alone reaches on the training and held-out tasks."""
+    spec = ENV_SPECS[env]()
+    train, held = spec.tasks()
+    clean = set(unseen_recipe_tasks(spec.split, train, held)) if spec.select == "textcraft-items" else set()
+    rows = []
+    for seed in prof.seeds:
+        d = out / env / f"seed{seed}"
+        if not (d / "warm_eval.json").is_file() or not (d / "warm-start" / "warm_start.json").is_file():
+            continue
+        ev = json.loads((d / "warm_eval.json").read_text())
+        if (ev.get("key") or {}).get("code") != _key({})["code"]:
+            continue  # made by other code
+        ws = json.loads((d / "warm-start" / "warm_start.json").read_text())
+        per = ev["heldout"]["per_task_sampled"]
+        won = sum(v > 0 for v in per.values())
+        won_clean = sum(v > 0 for t, v in per.items() if t in clean)
+        rows.append(f"| {seed} | {ws['epochs']} | {_fmt(ws['checks'][-1]['sampled_success'])} | "
+                    f"{_fmt(ev['greedy_hf']['train']['success'])} | {_fmt(ev['heldout']['sampled'])} | "
+                    f"{_fmt(ev['greedy_hf']['heldout']['success'])} | {won} of {len(held)}"
+                    + (f" ({won_clean} of the {len(clean)} unseen-recipe goals)" if clean else "") + " |")
+    if not rows:
+        return []
+    return [f"Warm starts of `{env}` ({spec.describe}):", "",
+            "| seed | SFT epochs | train sampled | train greedy (hf:) | held-out sampled | held-out greedy (hf:) | "
+            "held-out tasks won (sampled) |", "|---|---|---|---|---|---|---|", *rows, ""]
 
 
 def report(out: Path, results_md: Path, prof_name: str, prof: Profile, command: str) -> str:
@@ -785,12 +901,16 @@ def report(out: Path, results_md: Path, prof_name: str, prof: Profile, command: 
                   f"thread on a {info['cpu_count']}-core machine; the machine was shared, so the CPU time is the "
                   "comparable figure).", ""]
     lines += [*PREAMBLE, ""]
-    for env, by_run in runs.items():
-        lines += _env_table(env, by_run)
+    for env in prof.envs:
+        if env in runs:
+            lines += _env_table(env, runs[env])
+        lines += _warm_table(out, prof, env)
     for p in curves:
         lines += [f"![{p.stem}]({p.parent.name}/{p.name})", ""]
-    missing = [f"{env} seed {s}: {run}" for env in prof.envs for s in prof.seeds for run in prof.runs_of(env)
-               if not (out / env / f"seed{s}" / run / "run.json").is_file()]
+    done = {(env, r["seed"], run) for env, by_run in runs.items() for run, recs in by_run.items() for r in recs}
+    missing = [f"{env} seed {s}: {run}" + (" (made by other code: stale)"
+                                          if (out / env / f"seed{s}" / run / "run.json").is_file() else "")
+               for env in prof.envs for s in prof.seeds for run in prof.runs_of(env) if (env, s, run) not in done]
     if missing:
         lines += ["## Not finished", "", *[f"- {x}" for x in missing], ""]
     return "\n".join(lines)
@@ -808,7 +928,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--profile", choices=sorted(PROFILES), default="full", help="what to run (default: full)")
-    ap.add_argument("--envs", default=None, help="comma list overriding the profile's task sets (default: the profile's)")
+    ap.add_argument("--envs", default=None,
+                    help="comma list overriding the profile's task sets (default: the profile's)")
     ap.add_argument("--runs", default=None, help="comma list overriding the profile's runs (default: the profile's)")
     ap.add_argument("--seeds", default=None, help="comma list overriding the profile's seeds (default: the profile's)")
     ap.add_argument("--steps", type=int, default=None, help="RL steps per run (default: the profile's)")
@@ -822,8 +943,9 @@ def main(argv=None) -> int:
                     help="the report (default: benchmarks/RESULTS_learning.md for --profile full, OUT/RESULTS.md for "
                          "every other profile)")
     ap.add_argument("--report-only", action="store_true", help="only rewrite the report from the runs there")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads per process (default: torch's; 1 with --jobs > 1)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads per process (default: 1, as every --jobs worker: a run's numbers then do not "
+                         "depend on how the lab was split into processes)")
     ap.add_argument("--jobs", type=int, default=2,
                     help="processes running (task set, seed) chains at once, one torch thread each (default: 2, the "
                          "cores of the CI machine)")
@@ -874,8 +996,7 @@ def main(argv=None) -> int:
     if not args.report_only:
         import torch
 
-        if args.threads:
-            torch.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads)
         t0 = time.perf_counter()
         for env, seed in chains:
             run_chain(prof, out, env, seed)
@@ -936,7 +1057,7 @@ def run_parallel(argv: list[str], prof: Profile, out: Path, chains: list, jobs: 
         return chain, log, rc
 
     # the chains with the most work first, so that the short ones fill in at the end
-    weight = {"textcraft-broad-char": 3, "textcraft-d12": 2}
+    weight = {"textcraft-broad": 3, "textcraft-broad-char": 6, "textcraft-d12": 2}
     order = sorted(chains, key=lambda c: (-weight.get(c[0], 1) * len(prof.runs_of(c[0])), c[0], c[1]))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(one, order))

@@ -37,8 +37,8 @@ SPLIT = "gen-depth1"
 #: the first 8 goal items of gen-depth1 whose oracle plan fits 3 turns (the lab's textcraft-d1 training tasks;
 #: ``benchmarks/learning.py`` chooses them from the task records, checked in test_learning_lab.py)
 TASKS = [f"gen-d1-{i}" for i in range(8)]
-WARM_EPOCHS = 40
-STEPS = 20
+WARM_EPOCHS = 30
+STEPS = 40
 FLIP_STEPS = 10
 #: GRPO closes at least CLOSE of the gap to 100 % (measured 0.24-0.37 over 6 seeds); the sign flip ends at most at
 #: FLIP_KEEP x its start (measured 0.00-0.02); GRPO ends at least SEPARATION above the sign flip (measured 0.38-0.77)

@@ -35,7 +35,7 @@ def _goals(split: str, ids) -> list[str]:
 
 @pytest.mark.timeout(300)
 def test_task_sets_hold_out_goal_items_the_training_never_asks_for(lab):
-    for name in ("textcraft-d1", "textcraft-d12", "textcraft-broad-char"):
+    for name in ("textcraft-d1", "textcraft-d12", "textcraft-broad"):
         spec = lab.ENV_SPECS[name]()
         train, held = spec.tasks()
         goals_train = _goals("gen-depth1", [t for t in train if t.startswith("gen-d1-")]) + \
@@ -44,7 +44,7 @@ def test_task_sets_hold_out_goal_items_the_training_never_asks_for(lab):
             _goals("gen-depth2", [t for t in held if t.startswith("gen-d2-")])
         assert len(set(goals_train)) == len(train) and len(set(goals_held)) == len(held), name  # one task a goal
         assert not set(goals_train) & set(goals_held), name
-    train, held = lab.ENV_SPECS["textcraft-broad-char"]().tasks()
+    train, held = lab.ENV_SPECS["textcraft-broad"]().tasks()
     assert len(held) == 50 and len(train) + len(held) == len(lab.goal_tasks("gen-depth1", max_actions=4))
     assert len(train) >= 97
     # the CI direction test's tasks (test_learning_direction.TASKS): 8 distinct goals that fit its 3 turns
