@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ...data import cache_root, shared_data_dirs
 from ...errors import DataNotFoundError, TaskError
+from .generate import GENERATED_LIMIT, GENERATED_SEED, GENERATED_SIZE
 from .scenes import FAMILIES
 
 __all__ = ["GameRecord", "OFFICIAL_SPLITS", "GENERATED_SEED", "GENERATED_SIZE", "GENERATED_LIMIT", "official_split_dir",
@@ -35,13 +36,6 @@ __all__ = ["GameRecord", "OFFICIAL_SPLITS", "GENERATED_SEED", "GENERATED_SIZE", 
            "cache_root", "generated_game", "generated_family", "family_of_folder"]
 
 OFFICIAL_SPLITS = ("train", "valid_seen", "valid_unseen")
-#: The fixed seed of the embedded ``generated`` split and its size (10 games per family; more with generated_size).
-GENERATED_SEED = 20261122
-GENERATED_SIZE = 60
-#: The ids of the ``generated`` split: gen-0 .. gen-{GENERATED_LIMIT - 1}. No two of them can be the same game
-#: (``agentgym alfworld check-distinct --n 10000`` checks every scene the generator may keep for each against all
-#: the others'); a larger index is refused rather than played unchecked.
-GENERATED_LIMIT = 10_000
 _REL = Path("alfworld") / "json_2.1.1"  # the official layout under an agentgym data root
 _DOWNLOAD_HINT = ("get the official games with `pip install alfworld && alfworld-download` (writes "
                   "$ALFWORLD_DATA/json_2.1.1, default ~/.cache/alfworld), or pass data_path=..., or play the "

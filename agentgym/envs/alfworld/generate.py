@@ -39,6 +39,14 @@ __all__ = ["GeneratedGame", "generate_game", "write_game", "generate", "main", "
 logger = logging.getLogger(__name__)
 GENERATOR_VERSION = 1
 MAX_ATTEMPTS = 40
+#: The ``generated`` split of ALFWorld-v0 (:mod:`.games`): its fixed seed and default size (10 games per family;
+#: more with ``generated_size``).
+GENERATED_SEED = 20261122
+GENERATED_SIZE = 60
+#: Its ids: gen-0 .. gen-{GENERATED_LIMIT - 1}. No two of them can be the same game (``agentgym alfworld
+#: check-distinct --n 10000`` checks every scene the generator may keep for each against all the others'); a larger
+#: index is refused rather than played unchecked.
+GENERATED_LIMIT = 10_000
 
 
 class GenerationError(AgentGymError):
@@ -350,8 +358,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_distinct(n: int, seed: int | None, start: int) -> int:
-    from .games import GENERATED_SEED
-
     seed = GENERATED_SEED if seed is None else seed
 
     def progress(done: int) -> None:
