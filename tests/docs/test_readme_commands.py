@@ -534,6 +534,10 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
             expect=(r"wrote 1 games",), check=_check_games("ALFDATA/json_2.1.1", 1, split="train"),
             needs=(("alfworld", "alfworld"), ("textworld", "alfworld"))),
     "agentgym alfworld generate": Mention("alfworld generate"),
+    # README: ALFWorld-v0 and agentgym/envs/alfworld/README.md; the documented 10,000 games take about 10 minutes
+    "agentgym alfworld check-distinct --n 10000":
+        Run("alfworld-check-distinct", "alfworld check-distinct --n 12",
+            expect=(r"games 0\.\.11 of seed 20261122: \d+ candidate scenes .*; no two games can be the same game",)),
     "agentgym alfworld generate --out DIR --n N --seed S":
         Run("alfworld-generate-seed", "alfworld generate --out DIR2 --n 1 --seed 3", expect=(r"wrote 1 games",),
             check=_check_games("DIR2", 1), needs=(("alfworld", "alfworld"), ("textworld", "alfworld"))),

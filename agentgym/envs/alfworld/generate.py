@@ -34,11 +34,19 @@ from ...errors import AgentGymError
 from .scenes import FAMILIES, Scene, SceneError, sample_scene, scene_to_pddl, task_description
 
 __all__ = ["GeneratedGame", "generate_game", "write_game", "generate", "main", "game_logic", "GENERATOR_VERSION",
-           "GenerationError"]
+           "GenerationError", "game_identity", "candidate_identities", "find_repeated_games", "DistinctCheck"]
 
 logger = logging.getLogger(__name__)
 GENERATOR_VERSION = 1
 MAX_ATTEMPTS = 40
+#: The ``generated`` split of ALFWorld-v0 (:mod:`.games`): its fixed seed and default size (10 games per family;
+#: more with ``generated_size``).
+GENERATED_SEED = 20261122
+GENERATED_SIZE = 60
+#: Its ids: gen-0 .. gen-{GENERATED_LIMIT - 1}. No two of them can be the same game (``agentgym alfworld
+#: check-distinct --n 10000`` checks every scene the generator may keep for each against all the others'); a larger
+#: index is refused rather than played unchecked.
+GENERATED_LIMIT = 10_000
 
 
 class GenerationError(AgentGymError):
@@ -101,6 +109,65 @@ def _traj_data(scene: Scene, seed: int, index: int, attempt: int, desc: str, tri
         "agentgym": {"generator": "agentgym.envs.alfworld.generate", "version": GENERATOR_VERSION, "seed": seed,
                      "index": index, "attempt": attempt},
     }
+
+
+def game_identity(traj: dict) -> dict:
+    """What makes a generated game the game it is, read from its ``traj_data.json``: the family, the goal (targets
+    and task text), the room, how many receptacles of each type it has, and which object types start in which
+    receptacle types. Ids, coordinates, locations, the receptacles' numbering and listing order, the seed, index and
+    attempt are left out, so two games that differ only there count as the same game (a coarser identity than the
+    game file's bytes: distinct identities are distinct tasks for an agent)."""
+    scene = traj["scene"]
+    return {"family": traj["task_type"], "goal": {k: traj["pddl_params"][k] for k in
+                                                  ("object_target", "parent_target", "toggle_target")},
+            "task": traj["turk_annotations"]["anns"][0]["task_desc"], "room": scene["room"],
+            "receptacles": dict(sorted(scene["receptacles"].items())),
+            "objects": sorted([p["objectName"], p["parentReceptacle"]] for p in scene["object_poses"])}
+
+
+def candidate_identities(seed: int, index: int, family: str | None = None) -> list[tuple[int, dict]]:
+    """(attempt, :func:`game_identity`) of every scene :func:`generate_game` may keep for game ``index`` of ``seed``:
+    each feasible attempt of the ``MAX_ATTEMPTS`` (which one is kept depends on alfworld's expert, not run here)."""
+    family = FAMILIES[index % len(FAMILIES)] if family is None else family
+    out = []
+    for attempt in range(MAX_ATTEMPTS):
+        try:
+            scene = sample_scene(np.random.default_rng([int(seed), int(index), attempt]), family)
+        except SceneError:
+            continue
+        trial = f"trial_G{seed}_{index:05d}"
+        out.append((attempt, game_identity(_traj_data(scene, int(seed), int(index), attempt, task_description(scene),
+                                                      trial))))
+    return out
+
+
+@dataclass(frozen=True)
+class DistinctCheck:
+    """What :func:`find_repeated_games` found: ``repeats`` (index, attempt, other index, other attempt) for every two
+    candidate scenes of different indices that share an identity, and how many candidates and identities it saw."""
+
+    repeats: tuple[tuple[int, int, int, int], ...]
+    candidates: int
+    identities: int
+
+
+def find_repeated_games(seed: int, n: int, start: int = 0, progress=None) -> DistinctCheck:
+    """Whether two of games ``start .. start+n-1`` of ``seed`` could be the same game: every candidate scene
+    (:func:`candidate_identities`) of each index against those of the others. No repeats means no two of these games
+    can repeat one another, whichever attempts alfworld's expert keeps. ``progress(done)`` is called after each
+    index."""
+    first: dict[str, tuple[int, int]] = {}
+    repeats = []
+    candidates = 0
+    for i in range(start, start + n):
+        for attempt, identity in candidate_identities(seed, i):
+            candidates += 1
+            other = first.setdefault(json.dumps(identity, sort_keys=True), (i, attempt))
+            if other[0] != i:
+                repeats.append((i, attempt, *other))
+        if progress is not None:
+            progress(i - start + 1)
+    return DistinctCheck(tuple(repeats), candidates, len(first))
 
 
 _VERIFIER = None
@@ -266,9 +333,20 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--start", type=int, default=0, help="first game index (default: 0)")
     g.add_argument("--family", action="append", choices=FAMILIES, help="restrict to these families, repeatable "
                                                                         "(default: every family, in turn)")
+    c = sub.add_parser("check-distinct", description="Check that no two games of a range can be the same game: "
+                                                     "every scene the generator may keep for one index (each "
+                                                     "feasible attempt) against every one of the others, by "
+                                                     "identity (family, goal, room, receptacles, objects). Runs "
+                                                     "no expert; exit 1 when two could repeat.",
+                       help="check that no two generated games of a range can repeat one another")
+    c.add_argument("--n", type=int, required=True, help="number of games")
+    c.add_argument("--seed", type=int, default=None, help="generator seed (default: the generated split's)")
+    c.add_argument("--start", type=int, default=0, help="first game index (default: 0)")
     args = parser.parse_args(argv)
     if args.n < 0:
         parser.error("--n must be >= 0")
+    if args.command == "check-distinct":
+        return _check_distinct(args.n, args.seed, args.start)
     try:
         paths = generate(args.out, args.n, args.seed, split=args.split, start=args.start,
                          families=tuple(args.family) if args.family else None)
@@ -276,6 +354,25 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {e}\n")
         return 2
     sys.stdout.write(f"wrote {len(paths)} games under {Path(args.out) / args.split}\n")
+    return 0
+
+
+def _check_distinct(n: int, seed: int | None, start: int) -> int:
+    seed = GENERATED_SEED if seed is None else seed
+
+    def progress(done: int) -> None:
+        if done % 1000 == 0:
+            sys.stderr.write(f"{done}/{n} games checked\n")
+
+    check = find_repeated_games(seed, n, start, progress)
+    span = f"games {start}..{start + n - 1} of seed {seed}"
+    if check.repeats:
+        for i, a, j, b in check.repeats[:20]:
+            sys.stdout.write(f"game {i} (attempt {a}) could repeat game {j} (attempt {b})\n")
+        sys.stdout.write(f"{span}: {len(check.repeats)} pair(s) of candidate scenes share an identity\n")
+        return 1
+    sys.stdout.write(f"{span}: {check.candidates} candidate scenes (every attempt the generator may keep), "
+                     f"{check.identities} identities; no two games can be the same game\n")
     return 0
 
 

@@ -50,7 +50,7 @@ from .pool import EXPERIMENT, ApiProcess, Worker, WorkerSpec, get_pool
 from .sandbox import SandboxLimits, allowed_missing, probe, sandbox_mode, unsafe_from_env
 from .install import require_install
 from .tasks import (RENAMED, AppWorldTask, Build, ensure_build, load_tasks, official_root, official_task_ids,
-                    scenario_of, split_tasks, suite_digest)
+                    scenario_of, split_tasks, suite_digest, task_identity)
 
 __all__ = ["AppWorldEnv", "FAILURE_MARKER", "is_failure", "scenario_goal_completion"]
 
@@ -175,6 +175,9 @@ class AppWorldEnv(AgentEnv):
 
     def _load_task(self, task_id: str) -> AppWorldTask | None:
         return self._by_id.get(task_id)
+
+    def _task_identity(self, task: AppWorldTask) -> dict:
+        return task_identity(task)
 
     # ---- data and workers ---------------------------------------------------------------------------------
     def _paths(self) -> tuple[str, str, str | None]:

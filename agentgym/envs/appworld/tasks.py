@@ -45,7 +45,8 @@ from ...errors import DataNotFoundError, EnvCrashError, TaskError
 from .install import APPWORLD_VERSION, AppWorldInstall
 
 __all__ = ["AppWorldTask", "Build", "TASK_DIR", "SPLITS", "RENAMED", "load_tasks", "split_tasks", "split_task_ids",
-           "ensure_build", "verify_build", "official_root", "official_task_ids", "scenario_of", "CELL_SEPARATOR"]
+           "ensure_build", "verify_build", "official_root", "official_task_ids", "scenario_of", "CELL_SEPARATOR",
+           "task_identity"]
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +181,22 @@ def split_tasks(split: str, task_dir: str | os.PathLike | None = None) -> tuple[
 
 def split_task_ids(split: str, task_dir: str | os.PathLike | None = None) -> list[str]:
     return [t.task_id for t in split_tasks(split, task_dir)]
+
+
+#: The parts of a task's spec that make it the task it is (:func:`task_identity`).
+IDENTITY_FIELDS = ("instruction", "supervisor", "datetime", "seed", "supervisor_fields", "public_data",
+                   "private_data", "answer", "evaluation")
+
+
+def task_identity(task: AppWorldTask) -> dict:
+    """What makes a task of our suite the task it is, apart from its id: the instruction, the initial state of the
+    apps (seed records, supervisor and their fields, the date) and what wins it (public and private data, the answer,
+    the evaluation). Not the gold solution's code, the apps list or the level, which follow from these. Two tasks
+    with the same identity are the same task; tasks that share an instruction but start from different app states
+    are different tasks (``gfileorg_1`` .. ``_6``). An official task: its id (its data is AppWorld's)."""
+    if task.official:
+        return {"official": task.task_id}
+    return {k: task.spec.get(k) for k in IDENTITY_FIELDS}
 
 
 @dataclass(frozen=True)
