@@ -303,7 +303,8 @@ def _policy_options(args) -> dict:
     return {"base_url": args.base_url, "api_key_env": args.api_key_env, "temperature": args.temperature,
             "top_p": args.top_p, "max_tokens": args.max_tokens, "max_new_tokens": args.max_tokens,
             "stop": args.stop, "seed": args.sampling_seed, "concurrency": args.concurrency,
-            "timeout_s": args.request_timeout, "max_retries": args.max_retries, "backoff_s": args.retry_backoff, "system_prompt": args.system_prompt,
+            "timeout_s": args.request_timeout, "max_response_bytes": args.max_response_bytes,
+            "max_retries": args.max_retries, "backoff_s": args.retry_backoff, "system_prompt": args.system_prompt,
             "device": args.device, "dtype": args.dtype, "batch_size": args.batch_size}
 
 
@@ -536,7 +537,10 @@ def _build_parser() -> argparse.ArgumentParser:
                         "openai: and module policies, as the papers evaluate)")
     m.add_argument("--concurrency", type=int, default=None, help="requests in flight to the server (openai:, "
                                                                    "default 64)")
-    m.add_argument("--request-timeout", type=float, default=None, help="seconds per request attempt (default 120)")
+    m.add_argument("--request-timeout", type=float, default=None, help="openai: seconds one request attempt may take "
+                   "in all, connection to last byte, however slowly the answer arrives (default 120)")
+    m.add_argument("--max-response-bytes", type=int, default=None, help="openai: the most bytes of one answer; a "
+                   "longer one is a policy_error naming the cap, read no further (default 8388608, 8 MiB)")
     m.add_argument("--max-retries", type=int, default=None, help="retries on 429/5xx/timeouts/refused connections "
                                                                  "(default 4)")
     m.add_argument("--retry-backoff", type=float, default=None, help="first retry delay in seconds, doubled per "
