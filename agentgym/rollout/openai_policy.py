@@ -417,14 +417,20 @@ class OpenAIPolicy:
                 status, headers = resp.status, resp.headers
                 if 200 <= status < 300:
                     declared = resp.content_length
-                    if declared is not None and declared > cap:
-                        raise ResponseTooLarge(cap, declared)
-                    raw = await _aread_capped(resp.content, cap, strict=True)
+                    try:
+                        if declared is not None and declared > cap:
+                            raise ResponseTooLarge(cap, declared)
+                        raw, _ = await _aread_capped(resp.content, cap, strict=True)
+                    except ResponseTooLarge:
+                        resp.close()  # the rest is never read: the connection is not reused
+                        raise
                 else:  # only the first bytes go into the error message
                     try:
-                        raw = await _aread_capped(resp.content, ERROR_BODY_BYTES, strict=False)
+                        raw, cut = await _aread_capped(resp.content, ERROR_BODY_BYTES, strict=False)
                     except (aiohttp.ClientError, ValueError):
-                        raw = b""
+                        raw, cut = b"", True
+                    if cut:
+                        resp.close()
         except ResponseTooLarge as e:
             raise self._too_large(e) from None
         except (asyncio.TimeoutError, TimeoutError) as e:
@@ -550,19 +556,19 @@ def _retry_after(headers) -> float | None:
     return max(0.0, when.timestamp() - time.time()) if when is not None else None
 
 
-async def _aread_capped(content, limit: int, *, strict: bool) -> bytes:
-    """An aiohttp body (``resp.content``) read in chunks, never buffered past ``limit``: see
+async def _aread_capped(content, limit: int, *, strict: bool) -> tuple[bytes, bool]:
+    """An aiohttp body (``resp.content``) read in chunks, never buffered past ``limit``: ``(body, truncated)``, as
     :func:`agentgym.net.read_capped` (the session's total timeout bounds the time)."""
     buf = bytearray()
     while True:
         chunk = await content.read(64 * 1024)
         if not chunk:
-            return bytes(buf)
+            return bytes(buf), False
         buf += chunk
         if len(buf) > limit:
             if strict:
                 raise ResponseTooLarge(limit)
-            return bytes(buf[:limit])
+            return bytes(buf[:limit]), True
 
 
 def _redirect_error(url: str, status: int, headers) -> PolicyRequestError:

@@ -1,7 +1,10 @@
 """Run a command in a child process and read its peak RSS (the attacks about memory are checked this way).
 
-``os.wait4`` reaps exactly that child and returns its own ``ru_maxrss``, unlike ``getrusage(RUSAGE_CHILDREN)``, which
-is the largest of every child the test process ever waited for. Bounded: the child is killed at ``timeout_s``.
+The command runs under a small launcher process (:data:`_LAUNCHER`) that reports ``getrusage(RUSAGE_CHILDREN)``
+once the command has exited. Why a launcher: on Linux a child's ``ru_maxrss`` also counts the memory of the process
+it was forked from (``exec`` records the old address space's high-water mark), so a command started straight from a
+large test process (pytest after a few hundred tests) reads as at least as large as pytest. Forked from the
+launcher, it carries only the launcher's few MB. Bounded: the launcher's process group is killed at ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,13 @@ from dataclasses import dataclass
 #: transport, as a user without the extra gets it.
 WITHOUT_AIOHTTP = ("import sys; sys.modules['aiohttp'] = None; from agentgym.cli import main; "
                    "sys.exit(main(sys.argv[1:]))")
+
+# argv: REPORT_PATH CMD...; runs CMD, writes "<exit code> <peak RSS in KiB (bytes on macOS)>" to REPORT_PATH.
+_LAUNCHER = ("import resource, subprocess, sys\n"
+             "rc = subprocess.call(sys.argv[2:])\n"
+             "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+             "open(sys.argv[1], 'w').write(f'{rc} {peak}')\n"
+             "sys.exit(rc)\n")
 
 
 @dataclass
@@ -37,24 +47,29 @@ def agentgym(*args: str, urllib_only: bool = False) -> list[str]:
 
 
 def run_measured(cmd: list[str], timeout_s: float = 120.0, env: dict | None = None) -> Measured:
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    """Run ``cmd`` to its end (killed at ``timeout_s``: returncode -9) and measure its peak RSS."""
+    with tempfile.TemporaryDirectory() as d:
+        report = os.path.join(d, "rusage")
+        out_path, err_path = os.path.join(d, "out"), os.path.join(d, "err")
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
-        status = rusage = None
-        while True:
-            pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - t0 > timeout_s:
-                proc.send_signal(signal.SIGKILL)
-                pid, status, rusage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.05)
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, report, *cmd], stdout=out, stderr=err, env=env,
+                                    start_new_session=True)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         wall = time.monotonic() - t0
-        out.seek(0)
-        err.seek(0)
-        # ru_maxrss: KiB on Linux, bytes on macOS
-        peak = rusage.ru_maxrss / (1024 * 1024 if sys.platform == "darwin" else 1024)
-        return Measured(proc.returncode, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace"),
-                        peak, wall)
+        peak = 0.0
+        if os.path.exists(report):
+            rc_text, peak_text = open(report).read().split()
+            returncode = int(rc_text)
+            peak = int(peak_text) / (1024 * 1024 if sys.platform == "darwin" else 1024)
+        else:
+            returncode = -signal.SIGKILL
+        with open(out_path, "rb") as fh:
+            stdout = fh.read().decode("utf-8", "replace")
+        with open(err_path, "rb") as fh:
+            stderr = fh.read().decode("utf-8", "replace")
+        return Measured(returncode, stdout, stderr, peak, wall)
