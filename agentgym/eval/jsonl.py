@@ -122,7 +122,7 @@ def loads_checked(raw: bytes) -> tuple[Any, str | None]:
     except _TooLong as e:
         return None, str(e)
     except json.JSONDecodeError as e:
-        return None, f"not JSON ({e.msg} at column {e.colno}: a torn or foreign line)"
+        return None, f"not JSON ({e.msg.removesuffix(' at')} at column {e.colno}: a torn or foreign line)"
     except ValueError as e:  # the interpreter's own digit limit, when set lower than ours
         return None, f"unreadable ({str(e)[:120]})"
     except RecursionError:

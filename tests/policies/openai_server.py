@@ -116,6 +116,17 @@ class ScriptedServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
+            def do_GET(self):  # what a client that follows a POST's 301/302/303 sends (urllib did): logged, answered
+                with server.lock:
+                    server.log.append({"prompt": None, "method": "GET", "path": self.path, "attempt": 0,
+                                       "outcome": "get", "auth": self.headers.get("Authorization"), "body": None,
+                                       "peer": self.client_address})
+                text = server.default
+                payload = {"id": "chatcmpl-test", "object": "chat.completion", "model": "m",
+                           "choices": [{"index": 0, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": text}}]}
+                return self._send(200, json.dumps(payload).encode())
+
             def do_POST(self):
                 n = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(n))
