@@ -27,7 +27,8 @@ Hostile or damaged inputs: the files are read by the shared safe reader (:func:`
 iter_episodes`, one transcript in memory at a time): a malformed results row or transcript line is skipped with a
 warning naming the file and line, and a transcript that cannot be read (malformed, or inflating past
 ``max_transcript_bytes``) leaves its episode out, counted as ``unreadable``; exported text is never cut. The rows go to
-a temporary file beside ``out``, moved into place when every row is written and removed on any failure; past
+a temporary file beside ``out``, moved into place when every row is written (not when there is none) and removed on
+any failure; past
 ``max_output_bytes`` of rows (per-turn transcript rows grow with the square of an episode's length) the export stops
 with an :class:`ExportTooLarge` error and writes nothing.
 """
@@ -205,7 +206,8 @@ def iter_turn_rows(rec: EpisodeRecord, system: str | None = None, *, text: bool 
 def export_sft(results: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike,
                config: ExportConfig | None = None) -> ExportStats:
     """Write the SFT rows of every kept episode of ``results`` (one or more results files) to ``out`` (JSONL,
-    overwritten, only once every row is written: see the module doc); return what was exported and skipped.
+    overwritten, only once every row is written, and not at all when no row is: see the module doc); return what
+    was exported and skipped.
     Raises :class:`ExportTooLarge` past ``config.max_output_bytes``."""
     cfg = config or ExportConfig()
     paths = [results] if isinstance(results, (str, os.PathLike)) else list(results)
@@ -251,7 +253,8 @@ def export_sft(results: str | os.PathLike | Sequence[str | os.PathLike], out: st
                         fh.write(line)
                         stats.rows += 1
                         stats.by_env[env_id] = stats.by_env.get(env_id, 0) + 1
-        os.replace(tmp, out)
+        if stats.rows:  # an export of nothing writes nothing (the command says so and exits 1)
+            os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -287,8 +290,8 @@ def main(args) -> int:
         return 2
     print(f"{args.out}: {stats.describe()}")
     if stats.rows == 0:
-        print("error: nothing to export" + (" (the results keep no transcripts: rerun 'agentgym eval' without "
-                                             "--no-transcripts)" if stats.no_transcript else ""),
-              file=sys.stderr)
+        print("error: nothing to export, nothing written" + (
+            " (the results keep no transcripts: rerun 'agentgym eval' without --no-transcripts)"
+            if stats.no_transcript else ""), file=sys.stderr)
         return 1
     return 0

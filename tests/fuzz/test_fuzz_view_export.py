@@ -102,11 +102,12 @@ def test_view_renders_every_row_the_writer_accepts(tmp_path, eps, capsys):
 def test_export_sft_takes_every_row_the_writer_accepts(tmp_path, eps, per_turn, capsys):
     out = _write(tmp_path, eps)
     sft = tmp_path / "sft.jsonl"
+    sft.unlink(missing_ok=True)
     status = main(["export-sft", str(out), "--out", str(sft), *(["--per-turn"] if per_turn else [])])
     err = capsys.readouterr().err
     exported = [e for e in eps if e["error"] is None and e["transcript"] and e["transcript"]["turns"]]
     if not exported:
-        assert status == 1 and "nothing to export" in err
+        assert status == 1 and "nothing to export" in err and not sft.exists()
         return
     assert status == 0, err
     rows = [json.loads(line) for line in sft.read_text(encoding="utf-8").split("\n") if line]  # not splitlines: U+2028
