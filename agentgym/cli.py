@@ -303,7 +303,8 @@ def _policy_options(args) -> dict:
     return {"base_url": args.base_url, "api_key_env": args.api_key_env, "temperature": args.temperature,
             "top_p": args.top_p, "max_tokens": args.max_tokens, "max_new_tokens": args.max_tokens,
             "stop": args.stop, "seed": args.sampling_seed, "concurrency": args.concurrency,
-            "timeout_s": args.request_timeout, "max_retries": args.max_retries, "backoff_s": args.retry_backoff, "system_prompt": args.system_prompt,
+            "timeout_s": args.request_timeout, "max_response_bytes": args.max_response_bytes,
+            "max_retries": args.max_retries, "backoff_s": args.retry_backoff, "system_prompt": args.system_prompt,
             "device": args.device, "dtype": args.dtype, "batch_size": args.batch_size}
 
 
@@ -536,7 +537,10 @@ def _build_parser() -> argparse.ArgumentParser:
                         "openai: and module policies, as the papers evaluate)")
     m.add_argument("--concurrency", type=int, default=None, help="requests in flight to the server (openai:, "
                                                                    "default 64)")
-    m.add_argument("--request-timeout", type=float, default=None, help="seconds per request attempt (default 120)")
+    m.add_argument("--request-timeout", type=float, default=None, help="openai: seconds one request attempt may take "
+                   "in all, connection to last byte, however slowly the answer arrives (default 120)")
+    m.add_argument("--max-response-bytes", type=int, default=None, help="openai: the most bytes of one answer; a "
+                   "longer one is a policy_error naming the cap, read no further (default 8388608, 8 MiB)")
     m.add_argument("--max-retries", type=int, default=None, help="retries on 429/5xx/timeouts/refused connections "
                                                                  "(default 4)")
     m.add_argument("--retry-backoff", type=float, default=None, help="first retry delay in seconds, doubled per "
@@ -571,6 +575,13 @@ def _build_parser() -> argparse.ArgumentParser:
     v.add_argument("--title", default=None, help="the page title (default: the results files' names)")
     v.add_argument("--full-prompts", action="store_true", help="embed every turn's prompt (default: each episode's "
                                                                "first prompt; later ones repeat it plus history)")
+    v.add_argument("--max-field-chars", type=int, default=100_000, help="the most characters of one value shown; a "
+                   "longer one is cut with a mark saying how much is missing (default 100000)")
+    v.add_argument("--max-page-bytes", type=int, default=64 * 1024 * 1024, help="about the most bytes of data the "
+                   "page holds; past it transcripts, then episodes, are left out, and the page says so "
+                   "(default 67108864, 64 MiB)")
+    v.add_argument("--max-transcript-bytes", type=int, default=32 * 1024 * 1024, help="the most bytes one stored "
+                   "transcript may inflate to; a larger one is skipped with a warning (default 33554432, 32 MiB)")
     x = command("export-sft")
     x.add_argument("results", nargs="+", metavar="RESULTS", help="results JSONL of 'agentgym eval'")
     x.add_argument("--out", required=True, help="output JSONL, overwritten (required)")
@@ -595,6 +606,11 @@ def _build_parser() -> argparse.ArgumentParser:
                                                                  "no bound)")
     x.add_argument("--system", default=None, help="system message instead of the run's (text form) or the chat "
                                                   "form's (tool form) (default: the run's)")
+    x.add_argument("--max-output-bytes", type=int, default=4 * 1024 ** 3, help="the most bytes written; past it the "
+                   "export fails and writes nothing (default 4294967296, 4 GiB)")
+    x.add_argument("--max-transcript-bytes", type=int, default=32 * 1024 * 1024, help="the most bytes one stored "
+                   "transcript may inflate to; its episode is skipped with a warning otherwise (default 33554432, "
+                   "32 MiB)")
     s = sub.add_parser("serve", help=SUBCOMMANDS["serve"],
                        description="Serve an agentgym env over the OpenEnv protocol (WebSocket sessions at /ws; "
                                    "/health, /schema, /reset, /step, ...); needs the serve extra")
