@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["urlopen", "open_direct", "is_loopback_url", "bounded_request", "BoundedAnswer", "DeadlineExceeded",
-           "ResponseTooLarge", "read_capped", "ERROR_BODY_BYTES"]
+           "ResponseTooLarge", "read_capped", "ERROR_BODY_BYTES",
+           "MODEL_ANSWER_MAX_BYTES"]
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxies, whatever the environment says
 
@@ -60,6 +61,9 @@ def urlopen(request: urllib.request.Request, timeout: float) -> Any:
 
 #: The most bytes of a non-2xx answer's body that are read (it only goes into an error message).
 ERROR_BODY_BYTES = 64 * 1024
+#: The default cap on a model server's answer (a chat completion is a few kB; `openai:` policies, the τ-airline
+#: LLM user and the SGCD summarizer).
+MODEL_ANSWER_MAX_BYTES = 8 * 1024 * 1024
 _CHUNK = 64 * 1024
 
 

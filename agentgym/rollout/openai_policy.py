@@ -74,7 +74,7 @@ from http.client import HTTPException
 from typing import Any, Sequence
 
 from ..errors import MissingDependencyError, PolicyError
-from ..net import ERROR_BODY_BYTES, ResponseTooLarge, bounded_request, is_loopback_url
+from ..net import ERROR_BODY_BYTES, MODEL_ANSWER_MAX_BYTES, ResponseTooLarge, bounded_request, is_loopback_url
 from .policy import PolicyResponse as _PolicyResponse
 from .policy import PromptContext, request_seeds
 
@@ -103,7 +103,7 @@ BASE_URL_ENV = "OPENAI_BASE_URL"
 #: The default cap on one answer's body (``--max-response-bytes``): a long completion with its usage is a few
 #: hundred KB; this leaves room for reasoning text and logprobs and still bounds what a hostile server can make a
 #: client hold (the cap is per request in flight).
-DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_RESPONSE_BYTES = MODEL_ANSWER_MAX_BYTES
 
 
 class PolicyRequestError(PolicyError):
