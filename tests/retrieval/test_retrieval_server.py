@@ -124,7 +124,8 @@ def test_other_4xx(server):
     assert r.status == 405 and r.is_json_error() and r.headers["allow"] == "POST"
     r = http_request(server.port, "POST", "/retrieve", b'{"queries": ["a"]}', {"Content-Type": "text/plain"})
     assert r.status == 415 and r.is_json_error() and "application/json" in r.json()["error"]
-    r = http_request(server.port, "POST", "/retrieve", b'{"queries": ["a"]}', {"Content-Length": None})
+    r = http_request(server.port, "POST", "/retrieve", b'{"queries": ["a"]}',
+                     {"Content-Length": None, "Content-Type": "application/json"})
     assert r.status == 400 and r.is_json_error()  # without a length there is no body (h11): not JSON
 
 
