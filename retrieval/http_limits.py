@@ -42,6 +42,7 @@ from __future__ import annotations
 import http
 import json
 import socket
+import struct
 import sys
 from dataclasses import dataclass
 
@@ -185,6 +186,9 @@ class GuardedH11Protocol(H11Protocol):
         transport = self.transport
         if isinstance(transport, _CoalescingTransport):
             transport = transport._transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:  # a reset, not a FIN queued behind the unread bytes: the kernel frees its buffer too
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         transport.abort()  # not close(): close would wait, forever, for the buffer to drain
 
     def data_received(self, data: bytes) -> None:

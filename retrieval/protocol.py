@@ -20,7 +20,8 @@ empty). Such a query never fails another query or another request.
 Errors of the whole request are :class:`ProtocolError` with an HTTP status: 400 when the body is not JSON we accept
 (not UTF-8, not JSON, nested deeper than ``max_json_depth``, a number longer than :data:`MAX_NUMBER_CHARS`
 characters, ``NaN``/``Infinity``), 422 when it is JSON but not a request (wrong types, ``topk`` out of range, more
-than ``max_queries`` queries).
+than ``max_queries`` queries, more than ``max_results`` results asked for: queries x topk), 413 when it holds more
+JSON tokens than a request of ``max_queries`` queries needs (checked before parsing).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class ProtocolLimits(Protocol):
     default_topk: int
     max_topk: int
     max_queries: int
+    max_results: int
     max_query_chars: int
     max_json_depth: int
 
@@ -263,6 +265,10 @@ def parse_search_request(body: Any, limits: ProtocolLimits) -> SearchRequest:
         raise ProtocolError("'topk' must be an integer")
     if not 1 <= topk <= limits.max_topk:
         raise ProtocolError(f"'topk' must be in [1, {limits.max_topk}], got {topk}")
+    if len(queries) * topk > limits.max_results:
+        raise ProtocolError(f"the request asks for {len(queries) * topk} results ({len(queries)} queries x topk "
+                            f"{topk}); at most {limits.max_results} are answered per request (--max-results): send "
+                            "fewer queries per request or a smaller topk")
     return_scores = body.get("return_scores")
     if return_scores is None:
         return_scores = False

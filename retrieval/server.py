@@ -363,10 +363,10 @@ _SMALL_BODY_BYTES = 64 * 1024
 #: Answers up to this size are encoded once and written whole; larger ones are measured, then encoded again piece
 #: by piece as the client reads them.
 _WHOLE_ANSWER_BYTES = 1 << 20
-#: How much of a streamed answer is written at a time, and how many rows are encoded between two turns of the event
-#: loop (so that encoding a big answer never holds up the other clients).
+#: How much of a streamed answer is written at a time, and how much of an answer is encoded between two turns of
+#: the event loop (a few milliseconds of work: encoding a big answer never holds up the other clients for long).
 _ANSWER_WRITE_BYTES = 64 * 1024
-_ROWS_PER_TURN = 64
+_BYTES_PER_TURN = 64 * 1024
 
 
 class _SearchTimeout(Exception):
@@ -433,16 +433,18 @@ class _Answer:
     async def measure(self, limit: int) -> tuple[int, bytes | None]:
         """(the answer's size in bytes, counted no further than just past ``limit``; the whole answer when it is at
         most :data:`_WHOLE_ANSWER_BYTES`, else None). Encodes on the event loop, giving it back every few rows."""
-        size, kept = 0, []
-        for n, piece in enumerate(self.pieces()):
+        size, turn, kept = 0, 0, []
+        for piece in self.pieces():
             size += len(piece)
+            turn += len(piece)
             if size > limit:
                 return size, None
             if kept is not None:
                 kept.append(piece)
                 if size > _WHOLE_ANSWER_BYTES:
                     kept = None
-            if n % _ROWS_PER_TURN == _ROWS_PER_TURN - 1:
+            if turn >= _BYTES_PER_TURN:
+                turn = 0
                 await asyncio.sleep(0)
         return size, (b"".join(kept) if kept is not None else None)
 
@@ -471,14 +473,12 @@ class _StreamedAnswer:
         watcher = asyncio.ensure_future(watch())
         try:
             buf = bytearray()
-            for n, piece in enumerate(self.answer.pieces()):
+            for piece in self.answer.pieces():
                 buf += piece
                 if len(buf) >= _ANSWER_WRITE_BYTES:
                     await send({"type": "http.response.body", "body": bytes(buf), "more_body": True})
                     buf.clear()
                     await asyncio.sleep(0)  # the write reaches the socket; a full buffer pauses the next send
-                elif n % _ROWS_PER_TURN == _ROWS_PER_TURN - 1:
-                    await asyncio.sleep(0)
                 if gone.is_set():
                     return
             await send({"type": "http.response.body", "body": bytes(buf), "more_body": False})
