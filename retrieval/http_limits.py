@@ -187,8 +187,11 @@ class GuardedH11Protocol(H11Protocol):
         if isinstance(transport, _CoalescingTransport):
             transport = transport._transport
         sock = transport.get_extra_info("socket")
-        if sock is not None:  # a reset, not a FIN queued behind the unread bytes: the kernel frees its buffer too
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        try:  # a reset, not a FIN queued behind the unread bytes: the kernel frees its buffer too
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:  # already closed
+            pass
         transport.abort()  # not close(): close would wait, forever, for the buffer to drain
 
     def data_received(self, data: bytes) -> None:

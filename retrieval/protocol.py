@@ -85,7 +85,7 @@ class SearchRequest:
 # as soon as a limit is passed: its Python-level cost is bounded by the limits, not by the body's size. Every regex
 # and find looks at most _SLICE bytes per call, so no single call holds the GIL for long (the server scans big
 # bodies in a worker thread while its event loop keeps answering).
-_SLICE = 1 << 18
+_SLICE = 1 << 18  # at least 2: an escape (two bytes) always fits in one
 _STRUCTURAL = re.compile(rb'["\[\]{},]')
 _THROUGH_ESCAPES = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+', re.DOTALL)  # stops at a quote that ends the string
 _RUNS = {91: re.compile(rb'[\[{]++'), 123: re.compile(rb'[\[{]++'), 93: re.compile(rb'[\]}]++'),
@@ -107,9 +107,9 @@ def _string_end(raw: bytes | bytearray, pos: int, n: int) -> int:
         stop = _THROUGH_ESCAPES.match(raw, backslash, end).end()
         if stop < end and raw[stop] == 34:  # an unescaped quote: the end of the string
             return stop + 1
-        if stop == backslash:  # a backslash as the last byte of the body: nothing left to escape
+        if stop == backslash and backslash == n - 1:  # a backslash as the last byte: nothing left to escape
             return n
-        pos = stop  # the slice ended (or cut an escape in two): go on from there
+        pos = stop  # the slice ended, or cut an escape in two: the next one starts there (and holds the escape)
     return n
 
 

@@ -6,21 +6,31 @@ Endpoints (JSON in and out; the request and answer shapes are in :mod:`retrieval
   ``{"query": "...", ...}``; answers ``{"result": [...]}`` (plus ``"errors"`` for queries that cannot be searched).
 * ``GET /health`` -- ``{"status": "ok", ...}`` with the index's kind, size, checksum, encoder, counters and limits.
 
-Every error is JSON ``{"error": message}``: 400 (not JSON we accept), 404 (unknown path), 405 (wrong method, with
-``Allow``), 408 (the request did not arrive within ``request_timeout_s``), 413 (body over ``max_body_bytes``), 415
-(a ``Content-Type`` other than JSON), 422 (JSON that is not a request), 500 (the index failed on every query), 503
-with ``Retry-After`` (the queue of searches is full, a search took longer than ``search_timeout_s``, or too many
-connections are open). What the HTTP parser rejects before the app runs -- a garbage request line, headers over
-``max_header_bytes`` -- also gets a short JSON error (400 / 431) and a closed connection; see
-:mod:`retrieval.http_limits` for the connection-level guards (read deadline, idle deadline, half-closed clients).
+Every error is JSON ``{"error": message}``: 400 (not JSON we accept), 403 (a browser's request: a foreign
+``Origin``, or, without a token, a ``Host`` that is not a loopback name: see :mod:`retrieval.browser_guard`), 404
+(unknown path), 405 (wrong method, with ``Allow``), 408 (the request did not arrive within ``request_timeout_s``),
+413 (a body over ``max_body_bytes`` or with more JSON tokens than a request of ``max_queries`` needs, or an answer
+over ``max_answer_bytes``), 415 (no ``Content-Type``, or one other than JSON), 422 (JSON that is not a request, or
+more than ``max_results`` results asked for), 500 (the index failed on every query), 503 with ``Retry-After`` (too
+many searches pending, a search took longer than ``search_timeout_s``, or too many connections are open). What the
+HTTP parser rejects before the app runs -- a garbage request line, headers over ``max_header_bytes`` -- also gets a
+short JSON error (400 / 431) and a closed connection; see :mod:`retrieval.http_limits` for the connection-level
+guards (read, write and idle deadlines, half-closed clients).
 
-Batching: the app puts each request's searchable queries on one queue; a single search thread takes everything
-waiting (up to ``max_batch`` queries, waiting at most ``batch_wait_ms`` for more), runs *one* search with the
-largest ``topk`` asked for, and hands each request its rows, so batches from many clients share each matrix
-product and the index sees one search at a time. The search thread applies the index's thread limits
-(:attr:`retrieval.index.IndexParams.omp_threads`) in itself, so torch and FAISS never run more threads than that.
-A batch that fails is searched again query by query: a query that fails alone gets an empty row and an
-``errors`` entry; only when a plain probe query fails too (the index is broken) do the requests get a 500.
+Batching: the app puts each request's searchable queries on one queue; a single search thread runs one search at a
+time, of up to ``max_batch`` queries with the largest ``topk`` asked for, and hands each request its rows, so
+batches from many clients share each matrix product. Each search is shared fairly among the requests waiting (each
+gets an even share; a bigger request is split over several searches, a small one goes in whole), so one big batch
+never holds the others up for more than one search. Once a request is waiting the thread waits at most
+``batch_wait_ms`` for more. The search thread applies the index's thread limits
+(:attr:`retrieval.index.IndexParams.omp_threads`) in itself, so torch and FAISS never run more threads than that. A
+batch that fails is searched again query by query: a query that fails alone gets an empty row and an ``errors``
+entry; only when a plain probe query fails too (the index is broken) do the requests get a 500.
+
+Memory: bodies over 64 KiB wait for a share of ``max_buffered_body_bytes`` before they are read, and are scanned in
+place (nesting, token count) before they are decoded; an answer over 1 MiB is measured, then encoded again a piece
+at a time as the client reads it, so a client that reads slowly or never holds one send buffer's worth, until the
+connection layer drops it after ``write_timeout_s``.
 
 Shutdown (``stop()``, SIGINT/SIGTERM under ``serve_forever``) stops accepting connections, lets the requests in
 flight get their batches, then stops the search thread. Binds 127.0.0.1 by default.
@@ -399,15 +409,22 @@ class _BodyBudget:
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():  # granted just as it was cancelled: give it back
                 self.release(n)
-            else:
+            elif (n, waiter) in self._waiters:
                 self._waiters.remove((n, waiter))
+                self.release(0)  # the next in line may fit now
             raise
         return n
 
     def release(self, n: int) -> None:
         self.used -= n
-        while self._waiters and self.used + self._waiters[0][0] <= self.limit:
-            size, waiter = self._waiters.popleft()
+        while self._waiters:
+            size, waiter = self._waiters[0]
+            if waiter.cancelled():  # its request was cancelled while it waited
+                self._waiters.popleft()
+                continue
+            if self.used + size > self.limit:
+                return
+            self._waiters.popleft()
             self.used += size
             waiter.set_result(None)
 
