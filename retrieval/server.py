@@ -251,10 +251,10 @@ class _Batcher:
             parts = self._fill(active)
             if parts:
                 self._search(parts)
-            for item, _, _ in parts:
-                if item.untaken == 0 and item in active:
-                    active.remove(item)
-            active.rotate(-1)  # the next round starts with another request
+            # the next round starts with the requests this one left out; those it served, and not finished, go last
+            served = {id(item) for item, _, _ in parts}
+            active = deque([it for it in active if id(it) not in served]
+                           + [it for it in active if id(it) in served and it.untaken])
 
     def _gather(self, active: deque[_Pending], deadline: float) -> bool:
         """Move every request waiting in the queue into ``active``; until ``deadline``, wait for more while the

@@ -528,3 +528,29 @@ def test_big_bodies_take_turns_in_the_body_budget():
         assert budget.used == 0 and not budget._waiters
 
     asyncio.run(main())
+
+
+def test_when_requests_outnumber_a_search_they_take_turns(bm25):
+    """Four waiting requests of three queries and searches of two queries: each search serves the requests the
+    previous one left out, so none waits more than one search behind the others."""
+    import asyncio
+
+    from retrieval.server import _Batcher, _Pending
+
+    fussy = _Fussy(bm25)
+    names = "abcd"
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        batcher = _Batcher(fussy, ServerConfig(max_batch=2, batch_wait_ms=300))
+        try:
+            items = [_Pending([f"{n}{i}" for i in range(3)], 1, loop, loop.create_future()) for n in names]
+            for item in items:
+                batcher.submit(item)
+            return await asyncio.wait_for(asyncio.gather(*(item.future for item in items)), 30)
+        finally:
+            batcher.stop(10)
+
+    results = asyncio.run(main())
+    assert fussy.calls == [["a0", "b0"], ["c0", "d0"], ["a1", "b1"], ["c1", "d1"], ["a2", "b2"], ["c2", "d2"]]
+    assert all(len(rows) == 3 and not errors for rows, errors in results)
