@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,8 +69,9 @@ class ServerProcess:
         self.banner = ""
 
     def __enter__(self) -> "ServerProcess":
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=self.env, cwd=REPO)
+        self._log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe would stall the server
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self._log, text=True, env=self.env,
+                                     cwd=REPO)
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
         deadline = time.monotonic() + 120
@@ -80,24 +82,27 @@ class ServerProcess:
         sel.close()
         m = re.search(r"on (http://(\S+?):(\d+)) ", self.banner)
         if m is None:
-            err = self.proc.stderr.read() if self.proc.poll() is not None else ""
             self.__exit__()
-            raise RuntimeError(f"the server did not start: {self.banner!r} {err[-2000:]}")
+            raise RuntimeError(f"the server did not start: {self.banner!r} {self.log()[-2000:]}")
         self.url, self.port = m.group(1), int(m.group(3))
         return self
 
     def __exit__(self, *exc) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
+        if self.proc.poll() is None:  # (the log file stays readable until this object goes)
             self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            stream.close()
+        self.proc.stdout.close()
+
+    def log(self) -> str:
+        """What the server wrote to stderr so far."""
+        self._log.seek(0)
+        return self._log.read()
 
     def _status_kb(self, field: str) -> int:
         with open(f"/proc/{self.proc.pid}/status", encoding="ascii") as f:
