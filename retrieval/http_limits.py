@@ -17,6 +17,9 @@ alive and shuts down gracefully. :class:`GuardedH11Protocol` adds, per connectio
 * a bound on request-body bytes read and dropped after the app answered early (a 413 for a body over the limit is
   sent at once; the rest of the body is read and dropped so that the client, still sending, does not get a reset
   before it reads the 413 -- up to ``max_discard_bytes``, then the connection closes);
+* a write deadline: an answer that sits in a full send buffer (the client reads nothing) for ``write_timeout_s``
+  gets its connection aborted, which frees what was buffered for it (uvicorn has no write timeout, so a client that
+  never reads held its answer in memory for as long as it kept the socket open);
 * half-closed connections: a client that sends its request and then shuts its side down (EOF) still gets its
   answer, and the connection then closes (asyncio would otherwise close the transport at EOF and drop the answer);
 * a bound on the request line + headers (``max_header_bytes``; h11's own bound only applies while they are
@@ -39,6 +42,7 @@ from __future__ import annotations
 import http
 import json
 import socket
+import struct
 import sys
 from dataclasses import dataclass
 
@@ -57,6 +61,8 @@ class HttpLimits:
         request_timeout_s: a request (headers and body) must arrive whole within this of its first byte (408), and a
             fresh connection must start one within this (or ``idle_timeout_s`` if shorter), else it is closed.
         idle_timeout_s: how long a kept-alive connection may wait between requests.
+        write_timeout_s: how long an answer may sit in a full send buffer (the client takes nothing) before the
+            connection is dropped (aborted: what was buffered for it is freed).
         max_header_bytes: the request line + headers (431 beyond).
         max_connections: open connections beyond which a new one is answered 503 and closed.
         max_discard_bytes: body bytes read and dropped after an early answer before the connection closes.
@@ -66,6 +72,7 @@ class HttpLimits:
 
     request_timeout_s: float = 30.0
     idle_timeout_s: float = 60.0
+    write_timeout_s: float = 30.0
     max_header_bytes: int = 16 * 1024
     max_connections: int = 4096
     max_discard_bytes: int = 16 * 1024 * 1024
@@ -73,8 +80,8 @@ class HttpLimits:
     error_key: str = "error"
 
     def __post_init__(self):
-        if self.request_timeout_s <= 0 or self.idle_timeout_s <= 0:
-            raise ValueError("request_timeout_s and idle_timeout_s must be > 0")
+        if self.request_timeout_s <= 0 or self.idle_timeout_s <= 0 or self.write_timeout_s <= 0:
+            raise ValueError("request_timeout_s, idle_timeout_s and write_timeout_s must be > 0")
         if self.max_connections < 1 or self.max_header_bytes < 1024:
             raise ValueError("max_connections must be >= 1 and max_header_bytes >= 1024")
 
@@ -155,7 +162,37 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc) -> None:
         self._cancel_read_timer()
+        self._cancel_write_timer()
         super().connection_lost(exc)
+
+    # ---- the write deadline: a client that stops reading its answer is dropped ---------------------------------
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if getattr(self, "_write_timer", None) is None:
+            self._write_timer = self.loop.call_later(self.limits.write_timeout_s, self._on_write_timeout)
+
+    def resume_writing(self) -> None:
+        self._cancel_write_timer()
+        super().resume_writing()
+
+    def _cancel_write_timer(self) -> None:
+        timer = getattr(self, "_write_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._write_timer = None
+
+    def _on_write_timeout(self) -> None:
+        self._write_timer = None
+        transport = self.transport
+        if isinstance(transport, _CoalescingTransport):
+            transport = transport._transport
+        sock = transport.get_extra_info("socket")
+        try:  # a reset, not a FIN queued behind the unread bytes: the kernel frees its buffer too
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:  # already closed
+            pass
+        transport.abort()  # not close(): close would wait, forever, for the buffer to drain
 
     def data_received(self, data: bytes) -> None:
         if self.conn.their_state is h11.IDLE and self._head_too_long(data):
