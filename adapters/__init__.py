@@ -15,8 +15,6 @@ Modules (each imports torch / transformers / trl lazily, so ``import adapters`` 
 * :mod:`adapters.train`: ``agentgym train``;
 * :mod:`adapters.verl`: the verl 0.9.1 plugin (every estimator as ``agentgym_<name>``, the per-turn metadata
   bridge into ``compute_advantage``, the ``agentgym`` agent loop).
-* :mod:`adapters.openenv`: ``agentgym serve``, every env over the OpenEnv protocol (FastAPI + uvicorn; openenv
-  0.4.1 / 0.10 clients, verifiers' ``OpenEnvTaskset``);
 * :mod:`adapters.skyrl`: every env registered with SkyRL-Gym (``skyrl_gym.make``).
 """
 

@@ -109,17 +109,6 @@ class Trajectory:
     def truncated(self) -> bool:
         return bool(self.turns and self.turns[-1].truncated)
 
-    def summary(self) -> dict:
-        """Deprecated: :func:`agentgym.eval.results.episode_fields` (results rows are built in
-        :mod:`agentgym.eval.results` only)."""
-        import importlib
-        import warnings
-
-        warnings.warn("Trajectory.summary() is deprecated; use agentgym.eval.results.episode_fields(trajectory)",
-                      DeprecationWarning, stacklevel=2)
-        # By name: rollout does not depend on eval (eval depends on rollout).
-        return importlib.import_module("agentgym.eval.results").episode_fields(self)
-
 
 @dataclass
 class RolloutResult:

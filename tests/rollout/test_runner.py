@@ -191,22 +191,20 @@ def test_play_takes_explicit_episode_specs_and_lockstep_batches_through_a_small_
     assert [[r.response for r in t.turns] for t in res.trajectories] == [[r.response for r in t.turns] for t in lock]
 
 
-def test_moved_names_keep_their_old_import_paths_with_a_warning():
+def test_each_name_has_one_import_path():
+    """No release was published, so names that moved have no old paths: each lives in its one module."""
     import importlib
 
     from agentgym.rollout import records
 
-    for module, name, new in [("agentgym.rollout.runner", "Trajectory", records.Trajectory),
-                              ("agentgym.rollout.runner", "to_trajectory_batch", records.to_trajectory_batch),
-                              ("agentgym.rollout.policy", "load_policy", load_policy)]:
-        with pytest.warns(DeprecationWarning, match=f"{name} moved to"):
-            assert getattr(importlib.import_module(module), name) is new
-    from agentgym.rollout.policy import PolicyResponse
-
-    with pytest.warns(DeprecationWarning, match="PolicyResponse moved to"):
-        from agentgym.rollout.openai_policy import PolicyResponse as old
-    assert old is PolicyResponse
+    for module, name in [("agentgym.rollout.runner", "Trajectory"), ("agentgym.rollout.runner", "to_trajectory_batch"),
+                         ("agentgym.rollout.policy", "load_policy"),
+                         ("agentgym.rollout.openai_policy", "PolicyResponse"),
+                         ("agentgym.envs.appworld.pool", "run_evaluator"),
+                         ("agentgym.envs.appworld.env", "scenario_goal_completion")]:
+        assert not hasattr(importlib.import_module(module), name), f"{module}.{name}"
     t = records.Trajectory(traj_id=0, group_id=0, task=None, seed=0, member=0)
-    with pytest.warns(DeprecationWarning, match="episode_fields"):
-        assert t.summary() == episode_fields(t)
-    assert not hasattr(t, "finished")
+    assert not hasattr(t, "summary") and not hasattr(t, "finished")  # rows: agentgym.eval.results.episode_fields
+    import adapters
+
+    assert not (Path(adapters.__file__).parent / "openenv.py").exists()  # the server is agentgym.serve
