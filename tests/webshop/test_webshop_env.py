@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("regex", reason="WebShop search needs regex: pip install 'agentgym[webshop]'")
+pytest.importorskip("regex", reason="WebShop search needs regex: pip install -e '.[webshop]'")
 
 import agentgym  # noqa: E402
 from agentgym.envs.webshop.pages import SEP, parse_webshop_action, verl_agent_view  # noqa: E402
