@@ -4,7 +4,7 @@ Modules (each imports torch / transformers / trl lazily, so ``import adapters`` 
 
 * :mod:`adapters.hooks`: model-side quantities the estimators need (hidden-state fingerprints for BiPACE's
   ``actor_hidden`` embedder, per-turn information gain for IGPO / A2TGPO, teacher/student scores for SGCD) and
-  the fingerprint layer calibration of bipace.txt App. H;
+  the fingerprint layer calibration of the BiPACE paper's App. H;
 * :mod:`adapters.summarizers`: credit-reference summarizers for SGCD (deterministic rule-based, or any
   OpenAI-compatible chat endpoint);
 * :mod:`adapters.episodes`: a trainer-agnostic multi-turn player (one token sequence per episode, observation

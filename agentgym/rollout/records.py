@@ -12,7 +12,7 @@
   episode stopped without a natural end (the env's turn budget ``max_turns``, or a trainer's token budget), False on
   every other row; a terminated episode is never truncated.
 
-The batch follows ../shared/docs/estimators_spec.md section 1.1: one row per turn, trajectories in rollout-major
+The batch follows docs/estimators.md section 1.1: one row per turn, trajectories in rollout-major
 order, ``obs_hash`` of the observation the agent acted on, ``done`` on each trajectory's last turn.
 """
 
