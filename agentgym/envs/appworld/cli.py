@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import subprocess
 import sys
 import time
 
@@ -39,7 +40,13 @@ def main(argv: list[str] | None = None) -> int:
         from ...cli_progress import StepBars
 
         with StepBars() as bars:  # pip's packages, then the suite's tasks (the two long steps: a minute or more each)
-            inst = setup(args.root, python=args.python, progress=bars)
+            try:
+                inst = setup(args.root, python=args.python, progress=bars)
+            except subprocess.CalledProcessError as e:
+                bars.close()
+                sys.stderr.write(f"error: {' '.join(map(str, e.cmd))} failed (exit {e.returncode}); its last "
+                                 f"lines:\n{e.output or ''}\n")
+                return 1
             if not args.no_build:
                 from .tasks import ensure_build
 
