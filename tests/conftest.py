@@ -1,5 +1,4 @@
-"""Shared fixtures: where the staged research data lives (``AGENTGYM_SHARED_DATA`` or ``../shared/data``) and the
-upstream reference code the conformance tests run (``AGENTGYM_SHARED_REFERENCE`` or ``../shared/reference``)."""
+"""Shared fixtures: where the staged research data lives (``AGENTGYM_SHARED_DATA`` or ``../shared/data``)."""
 
 from __future__ import annotations
 
@@ -36,31 +35,6 @@ def shared_data() -> Path:
     d = shared_data_dir()
     if d is None:
         pytest.skip("staged research data not found: set AGENTGYM_SHARED_DATA or place shared/data beside the repo")
-    return d
-
-
-def shared_reference_dir() -> Path | None:
-    """Upstream source staged unmodified (``shared/reference/README.md`` names each commit): read at test time, never
-    copied into the repository."""
-    for cand in (os.environ.get("AGENTGYM_SHARED_REFERENCE"), REPO.parent / "shared" / "reference"):
-        if cand and Path(cand).is_dir():
-            return Path(cand)
-    return None
-
-
-def skip_unless_ci(why: str) -> None:
-    """Skip with ``why``; under CI (``CI`` set, as .ci/run does) fail instead: CI must provide what is missing."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{why} (CI must provide it: see .ci/run)")
-    pytest.skip(why)
-
-
-@pytest.fixture(scope="session")
-def shared_reference() -> Path:
-    d = shared_reference_dir()
-    if d is None:
-        skip_unless_ci("the upstream reference code is not here: set AGENTGYM_SHARED_REFERENCE or place "
-                       "shared/reference beside the repo")
     return d
 
 
