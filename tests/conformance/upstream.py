@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import importlib
 import importlib.util
 import json
@@ -81,8 +82,6 @@ def require_modules(*names: str, extra: str = "test") -> None:
 
 def git_blob_id(path: Path) -> str:
     data = path.read_bytes()
-    import hashlib
-
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
@@ -142,7 +141,7 @@ def prompt_file(commit: str, env: str) -> Path:
     """The staged ``prompts/<env>.py``: ALFWorld's at ``commit``, WebShop's and search's at the head (the same blobs at
     both commits)."""
     commit = commit if env == "alfworld" else VERL_AGENT_HEAD
-    return require(f"verl-agent/{commit}")/ f"verl-agent/{commit}/agent_system/environments/prompts/{env}.py"
+    return require(f"verl-agent/{commit}") / f"verl-agent/{commit}/agent_system/environments/prompts/{env}.py"
 
 
 def load_verl_agent(commit: str) -> VerlAgent:
