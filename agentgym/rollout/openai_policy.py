@@ -81,16 +81,6 @@ from .policy import PromptContext, request_seeds
 __all__ = ["OpenAIConfig", "OpenAIPolicy", "PolicyRequestError", "RETRYABLE_STATUS", "DEFAULT_BASE_URL",
            "BASE_URL_ENV", "endpoint_of"]
 
-
-def __getattr__(name: str):
-    if name == "PolicyResponse":  # moved to agentgym.rollout.policy; this path works for one more release
-        import warnings
-
-        warnings.warn("agentgym.rollout.openai_policy.PolicyResponse moved to agentgym.rollout.policy.PolicyResponse",
-                      DeprecationWarning, stacklevel=2)
-        return _PolicyResponse
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 logger = logging.getLogger(__name__)
 
 #: HTTP statuses that are retried (rate limit, server errors, gateway timeouts).

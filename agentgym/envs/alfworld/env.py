@@ -3,7 +3,7 @@
 One env instance plays one game at a time (:class:`~.engine.Engine`: TextWorld's ``PddlEnv`` with alfworld's
 ``AlfredDemangler``/``AlfredInfos`` wrappers, the ``alfred.pddl`` domain and ``alfred.twl2`` grammar of the game file).
 Select a game with ``reset(options={"task_id": ...})`` (``"file:<path>"`` names a ``game.tw-pddl`` file or its
-folder; the older ``{"game": path}`` still works, deprecated), ``{"task_index": i}``, or let ``reset(seed=...)`` draw
+folder), ``{"task_index": i}``, or let ``reset(seed=...)`` draw
 one of the split with ``self.np_random``.
 
 Commands are ALFWorld's (``go to X``, ``open X``, ``close X``, ``take X from Y``, ``move X to Y``, ``heat/cool/clean X
@@ -226,7 +226,6 @@ class ALFWorldEnv(AgentEnv):
     # Task data for the contract's selection (agentgym.core). The generated split builds gen-<i> on demand: its
     # default size is ``generated_size`` (what task_ids() lists and a seed draws from); any gen-<i> below
     # GENERATED_LIMIT can be played (no two of them are the same game), a larger i is refused.
-    deprecated_options = ("game",)
 
     def _split_task_ids(self) -> list[str] | None:
         return None if self.split == "generated" else [g.task_id for g in self._games]
@@ -236,10 +235,6 @@ class ALFWorldEnv(AgentEnv):
 
     def _generated_size(self) -> int:
         return self.generated_size
-
-    def _deprecated_option(self, key: str, value: Any) -> tuple[str, Any]:
-        # {"game": path} (a game.tw-pddl file or its folder) is the task id "file:<path>".
-        return "task_id", f"file:{value}"
 
     def _load_task(self, task_id: str) -> GameRecord | None:
         m = _GEN_ID.match(task_id)

@@ -12,17 +12,16 @@ expert is not used here: Fast Downward's search takes minutes on some pick-two s
 ``game.tw-pddl`` holds the ``alfred.pddl`` domain and ``alfred.twl2`` grammar shipped in the alfworld wheel (with the
 task text substituted for ``UNKNOWN GOAL``, as ``add_task_to_grammar`` does) and the generated PDDL problem;
 ``traj_data.json`` holds ALFRED's ``task_type`` and ``pddl_params`` (which the handcoded expert reads) plus the scene
-summary. Same seed and index, same bytes. CLI: ``agentgym alfworld generate --out DIR --n N`` (:func:`main`).
+summary. Same seed and index, same bytes. CLI: ``agentgym alfworld generate --out DIR --n N``
+(:mod:`.cli`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ from ...data import find_data
 from ...errors import AgentGymError
 from .scenes import FAMILIES, Scene, SceneError, sample_scene, scene_to_pddl, task_description
 
-__all__ = ["GeneratedGame", "generate_game", "write_game", "generate", "main", "game_logic", "GENERATOR_VERSION",
+__all__ = ["GeneratedGame", "generate_game", "write_game", "generate", "game_logic", "GENERATOR_VERSION",
            "GenerationError", "game_identity", "candidate_identities", "find_repeated_games", "DistinctCheck"]
 
 logger = logging.getLogger(__name__)
@@ -313,68 +312,3 @@ def generate(out: str | Path, n: int, seed: int = 0, *, split: str = "generated"
         paths.append(write_game(Path(out) / split, game))
         logger.info("ALFWorld generator: wrote %s", paths[-1].parent)
     return paths
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``agentgym alfworld generate --out DIR --n N [--seed S] [--split NAME] [--start I] [--family F ...]``.
-
-    ``argv`` is what follows ``agentgym alfworld`` (the subcommand first), as :func:`agentgym.cli.main` passes it.
-    """
-    parser = argparse.ArgumentParser(prog="agentgym alfworld", description="ALFWorld tools.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("generate", description="Write expert-verified ALFWorld games in the official layout.",
-                       help="write expert-verified games in ALFWorld's layout (OUT/<split>/<task>/<trial>/)")
-    g.add_argument("--out", required=True, help="output root; games go to OUT/<split>/<task>/<trial>/ (for "
-                                                "alfworld's own AlfredTWEnv: --out $ALFWORLD_DATA/json_2.1.1 "
-                                                "--split train)")
-    g.add_argument("--n", type=int, required=True, help="number of games")
-    g.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
-    g.add_argument("--split", default="generated", help="split folder name (default: generated)")
-    g.add_argument("--start", type=int, default=0, help="first game index (default: 0)")
-    g.add_argument("--family", action="append", choices=FAMILIES, help="restrict to these families, repeatable "
-                                                                        "(default: every family, in turn)")
-    c = sub.add_parser("check-distinct", description="Check that no two games of a range can be the same game: "
-                                                     "every scene the generator may keep for one index (each "
-                                                     "feasible attempt) against every one of the others, by "
-                                                     "identity (family, goal, room, receptacles, objects). Runs "
-                                                     "no expert; exit 1 when two could repeat.",
-                       help="check that no two generated games of a range can repeat one another")
-    c.add_argument("--n", type=int, required=True, help="number of games")
-    c.add_argument("--seed", type=int, default=None, help="generator seed (default: the generated split's)")
-    c.add_argument("--start", type=int, default=0, help="first game index (default: 0)")
-    args = parser.parse_args(argv)
-    if args.n < 0:
-        parser.error("--n must be >= 0")
-    if args.command == "check-distinct":
-        return _check_distinct(args.n, args.seed, args.start)
-    try:
-        paths = generate(args.out, args.n, args.seed, split=args.split, start=args.start,
-                         families=tuple(args.family) if args.family else None)
-    except AgentGymError as e:
-        sys.stderr.write(f"error: {e}\n")
-        return 2
-    sys.stdout.write(f"wrote {len(paths)} games under {Path(args.out) / args.split}\n")
-    return 0
-
-
-def _check_distinct(n: int, seed: int | None, start: int) -> int:
-    seed = GENERATED_SEED if seed is None else seed
-
-    def progress(done: int) -> None:
-        if done % 1000 == 0:
-            sys.stderr.write(f"{done}/{n} games checked\n")
-
-    check = find_repeated_games(seed, n, start, progress)
-    span = f"games {start}..{start + n - 1} of seed {seed}"
-    if check.repeats:
-        for i, a, j, b in check.repeats[:20]:
-            sys.stdout.write(f"game {i} (attempt {a}) could repeat game {j} (attempt {b})\n")
-        sys.stdout.write(f"{span}: {len(check.repeats)} pair(s) of candidate scenes share an identity\n")
-        return 1
-    sys.stdout.write(f"{span}: {check.candidates} candidate scenes (every attempt the generator may keep), "
-                     f"{check.identities} identities; no two games can be the same game\n")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

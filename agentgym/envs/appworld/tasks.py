@@ -42,6 +42,7 @@ from pathlib import Path
 from string import Template
 
 from ...errors import DataNotFoundError, EnvCrashError, TaskError
+from ...setup_steps import ProgressFn, StepProgress, run_lines
 from .install import APPWORLD_VERSION, AppWorldInstall
 
 __all__ = ["AppWorldTask", "Build", "TASK_DIR", "SPLITS", "RENAMED", "load_tasks", "split_tasks", "split_task_ids",
@@ -258,9 +259,10 @@ def verify_build(build: Build) -> str | None:
 
 
 def ensure_build(install: AppWorldInstall, tasks: tuple[AppWorldTask, ...] | None = None,
-                 timeout: float = 1800.0) -> Build:
+                 timeout: float = 1800.0, progress: ProgressFn | None = None) -> Build:
     """Build ``tasks`` (default: the whole suite) into the official layout (once per content hash, and again when
-    the cached build no longer matches its manifest); return where it is."""
+    the cached build no longer matches its manifest); return where it is. ``progress`` receives a report per task
+    built (the builder prints one line per task; a tenth of them are logged)."""
     tasks = load_tasks() if tasks is None else tuple(tasks)
     spec = _build_spec(tasks)
     digest = _digest(spec)
@@ -279,16 +281,50 @@ def ensure_build(install: AppWorldInstall, tasks: tuple[AppWorldTask, ...] | Non
         spec_path = install.builds_dir / f".{digest}.spec.json"
         spec_path.write_text(json.dumps(spec))
         t0 = time.monotonic()
-        proc = subprocess.run([str(install.python), "-I", str(BUILDER_SCRIPT), str(spec_path), str(out)],
-                              capture_output=True, timeout=timeout, cwd=str(install.builds_dir),
-                              env={"PATH": "/usr/bin:/bin", "HOME": str(install.root), "LANG": "C.UTF-8",
-                                   "TZ": "UTC", "PYTHONHASHSEED": "0"})
-        if proc.returncode != 0 or not build.manifest.is_file():
-            raise EnvCrashError(f"building the AppWorld task set failed (exit {proc.returncode}):\n"
-                                f"{proc.stderr.decode('utf-8', 'replace')[-3000:]}")
+        lines = _BuildLines(len(tasks), progress)
+        try:
+            run_lines([str(install.python), "-I", str(BUILDER_SCRIPT), str(spec_path), str(out)], lines,
+                      timeout=timeout, cwd=str(install.builds_dir),
+                      env={"PATH": "/usr/bin:/bin", "HOME": str(install.root), "LANG": "C.UTF-8", "TZ": "UTC",
+                           "PYTHONHASHSEED": "0"})
+        except subprocess.CalledProcessError as e:
+            raise EnvCrashError(f"building the AppWorld task set failed (exit {e.returncode}):\n"
+                                f"{e.output[-3000:]}") from e
+        if not build.manifest.is_file():
+            raise EnvCrashError(f"building the AppWorld task set wrote no manifest into {out}")
         spec_path.unlink(missing_ok=True)
         logger.info("built %d AppWorld tasks into %s in %.1fs", len(tasks), out, time.monotonic() - t0)
     return build
+
+
+class _BuildLines:
+    """Reads the builder's output: ``{"progress": "base"}`` once the apps' base databases exist, then
+    ``{"built": task_id}`` per task (from its worker processes, in any order)."""
+
+    def __init__(self, total: int, progress: ProgressFn | None):
+        self.total, self.progress, self.built = total, progress, 0
+
+    def __call__(self, line: str) -> None:
+        if not line.startswith("{"):
+            return
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            return
+        if not isinstance(msg, dict):
+            return
+        if "built" in msg:
+            self.built += 1
+            if self.built * 10 // self.total > (self.built - 1) * 10 // self.total:
+                logger.info("AppWorld suite: %d/%d tasks built", self.built, self.total)
+            report = StepProgress("build tasks", self.built, self.total, str(msg["built"]))
+        elif msg.get("progress") == "base":
+            logger.info("AppWorld suite: base databases built; building %d tasks", self.total)
+            report = StepProgress("build tasks", 0, self.total, "")
+        else:
+            return
+        if self.progress is not None:
+            self.progress(report)
 
 
 def official_root() -> Path | None:
