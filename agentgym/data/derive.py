@@ -45,8 +45,9 @@ def adapt_recorded(inputs: dict[str, Path]) -> bytes:
         entry = results.get(f"env_{i}")
         if not isinstance(entry, dict) or "problem" not in entry or "commands" not in entry:
             raise DataNotFoundError(f"ADaPT's results file has no task env_{i} with 'problem' and 'commands'")
+        commands = [line for line in entry["commands"].split("\n") if line.startswith("craft ")]
         rows.append({"id": f"adapt.test.{i}", "seed": i, "goal": entry["problem"].strip(),
-                     "crafting_commands": [line for line in entry["commands"].split("\n") if line.startswith("craft ")]})
+                     "crafting_commands": commands})
     return _jsonl(rows)
 
 

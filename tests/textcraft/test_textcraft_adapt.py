@@ -110,7 +110,8 @@ def test_derivation_is_deterministic_and_needs_no_task_file(graph, tmp_path, mon
     env = agentgym.make("TextCraft-v0", split="adapt-test")
     obs, info = env.reset(options={"task_id": "adapt.test.0"})
     row = adapt_test_rows(graph)[0]
-    assert obs == "Crafting commands:\n" + "\n".join(row["crafting_commands"]) + "\n\nGoal: craft polished granite stairs."
+    lines = "\n".join(row["crafting_commands"])
+    assert obs == f"Crafting commands:\n{lines}\n\nGoal: craft polished granite stairs."
     assert len(env.task_ids()) == ADAPT_TEST_SIZE
 
 

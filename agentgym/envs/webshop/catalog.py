@@ -386,7 +386,7 @@ def data_status(noun_model: str = DEFAULT_NOUN_MODEL) -> tuple[bool, str]:
             try:
                 find_data(name)
             except DataNotFoundError as e:
-                return False, f"{e} (or set WEBSHOP_DATA to the official WebShop download)"
+                return False, f"{e}. Or set WEBSHOP_DATA to a folder with the official WebShop download"
     try:
         _noun_table_path(noun_model)
     except DataNotFoundError as e:
