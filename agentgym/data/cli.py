@@ -173,7 +173,8 @@ def _cmd_fetch(args) -> int:
         print(f"{ds.name}: {verb} ({result.files} file{'s' if result.files > 1 else ''}, {_size(ds.size)}, "
               f"SHA-256 verified) in {result.where}")
     if failed:
-        print(f"error: {failed} of {len(chosen)} datasets failed; the others are installed", file=sys.stderr)
+        rest = "; the others are installed" if failed < len(chosen) else ""
+        print(f"error: {failed} of {len(chosen)} datasets failed{rest}", file=sys.stderr)
         return 1
     return 0
 
@@ -194,7 +195,8 @@ def _cmd_verify(args) -> int:
             checked += 1
             report = verify_dataset(ds, loc)
             if report.ok:
-                print(f"{ds.name}: ok ({len(ds.files)} files, {_size(ds.size)}) in {loc.label} ({loc.root})")
+                files = f"{len(ds.files)} file{'s' if len(ds.files) > 1 else ''}"
+                print(f"{ds.name}: ok ({files}, {_size(ds.size)}) in {loc.label} ({loc.root})")
                 continue
             bad += 1
             print(f"{ds.name}: FAILED in {loc.label} ({loc.root})")
