@@ -100,7 +100,7 @@ wait "$SERVE_PID" 2>/dev/null || true
 SERVE_PID=""
 # the dataset manifest ships in the wheel; nothing is fetched, and no staged folder is looked for beside the package
 "$AG" data list > data.txt
-grep -q "^textcraft-tasks  —  " data.txt && grep -q "here:    no" data.txt
+grep -Eq "^\| textcraft-tasks \| .* \| no \|$" data.txt
 if "$AG" eval TextCraft-v0 --split train --policy oracle --first 1 --out train.jsonl 2> train.err; then
   echo "the train split ran with no data"; exit 1
 fi

