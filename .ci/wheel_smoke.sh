@@ -12,6 +12,8 @@
 # no staged data. Every wait is bounded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Nothing but the wheel: a PYTHONPATH naming a checkout would shadow it (and its egg-info would make pip skip it).
+unset PYTHONPATH
 PY="${1:-python}"
 REPO="$PWD"
 DIST="$REPO/.ci-dist"

@@ -506,7 +506,8 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
     "agentgym eval TextCraft-v0 --split adapt-test --policy oracle --out results/textcraft_adapt_oracle.jsonl":
         MAIN_JOB,
     # README: "Evaluate and compare"
-    "agentgym list": Run("list", "list", expect=(r"(?m)^env id\s+split\s+data\s+description",),
+    "agentgym list": Run("list", "list", expect=(r"(?m)^env id\s+split\s+data\s+needs fetched data\s+description",
+                                                 r"(?m)^WebShop-v0\s+test\s+\S+\s+webshop\s"),
                          check=check_list),
     "agentgym eval TextCraft-v0 --split gen-depth3 --episodes 100 --seeds 3 --policy random --out r.jsonl "
     "--format markdown": EVAL_RANDOM,
