@@ -12,7 +12,7 @@
 #    the empty data cache.
 # 4. Oracle episodes from the fetched data on every env's canonical splits, with PYTHON and the clone's code:
 #    TextCraft-v0 adapt-test, train, val; WebShop-v0 test; WikiSearch-v0 hotpotqa-500; TauAirline-v0 test;
-#    ALFWorld-v0 generated. Every episode must win.
+#    ALFWorld-v0 generated. Every episode must win. Then `agentgym train --save-tiny-model` with an empty data cache.
 # 5. A tampered mirror file is refused (exit 1, the file and both hashes named, nothing of its dataset installed),
 #    and an interrupted download resumes with an HTTP Range request.
 # Every wait is bounded; the temporary folder is removed on exit.
@@ -53,7 +53,10 @@ print(block)
 PYREAD
 )"
 echo "README command 1: $CMD"
-(cd "$CLONE" && env -u VIRTUAL_ENV PATH="/usr/local/bin:/usr/bin:/bin" bash -c "$CMD") > "$WORK/main.txt" 2>"$WORK/main.err" \
+# a new user's shell: no venv active (PATH without the CI venv's bin), so `python3` is the machine's
+USER_PATH="$(printf '%s' "$PATH" | tr ':' '\n' | grep -vxF -e "${VIRTUAL_ENV:-/nonexistent}/bin" -e "$(dirname "$PY")" \
+  | paste -sd: -)"
+(cd "$CLONE" && env -u VIRTUAL_ENV PATH="$USER_PATH" bash -c "$CMD") > "$WORK/main.txt" 2> "$WORK/main.err" \
   || { tail -20 "$WORK/main.err"; cat "$WORK/main.txt"; exit 1; }
 cat "$WORK/main.txt"
 grep -Eq '^\| All \| 200 \| 200 \|' "$WORK/main.txt" || { echo "README command 1 did not give 200/200"; exit 1; }
@@ -119,6 +122,11 @@ for name in ("textcraft/tasks/textcraft_train.jsonl", "webshop/documents_1k.json
 print("the episodes read the fetched data")
 PYCHECK
 step "oracle episodes won on every canonical split"
+# the README's tiny-model command on TextCraft's default split (it builds that split's tasks: no data needed)
+AGENTGYM_DATA_CACHE="$WORK/cache-empty" "${AG[@]}" train --save-tiny-model "$WORK/tiny" --env TextCraft-v0 \
+  2> "$WORK/tiny.err" || { tail -5 "$WORK/tiny.err"; exit 1; }
+[ -f "$WORK/tiny/config.json" ] && [ -f "$WORK/tiny/tokenizer.json" ] || { echo "no tiny model written"; exit 1; }
+step "agentgym train --save-tiny-model with an empty data cache"
 
 # --- 5. a tampered mirror file, an interrupted download -------------------------------------------------------------
 VAL=textcraft/tasks/textcraft_val.jsonl
@@ -131,10 +139,13 @@ rc=$?
 set -e
 stop_mirror
 cat "$WORK/tamper.err"
-[ "$rc" = 1 ] && grep -q "$VAL: SHA-256 mismatch" "$WORK/tamper.err" && grep -q "^  expected [0-9a-f]\{64\}" "$WORK/tamper.err" \
-  && grep -q "^  got      [0-9a-f]\{64\}" "$WORK/tamper.err" || { echo "the tampered file was not refused"; exit 1; }
+[ "$rc" = 1 ] && grep -q "$VAL: SHA-256 mismatch" "$WORK/tamper.err" \
+  && grep -q "^  expected [0-9a-f]\{64\}" "$WORK/tamper.err" \
+  && grep -q "^  got      [0-9a-f]\{64\}" "$WORK/tamper.err" \
+  || { echo "the tampered file was not refused"; exit 1; }
 [ ! -e "$WORK/cache-tamper/$VAL" ] && [ ! -e "$WORK/cache-tamper/$TRAIN" ] \
-  && [ ! -e "$WORK/cache-tamper/.agentgym/datasets/textcraft-tasks.json" ] || { echo "files of a refused dataset were installed"; exit 1; }
+  && [ ! -e "$WORK/cache-tamper/.agentgym/datasets/textcraft-tasks.json" ] \
+  || { echo "files of a refused dataset were installed"; exit 1; }
 step "a tampered mirror file was refused, nothing installed"
 
 start_mirror "$WORK/cut.log" --cut "$TRAIN=100000"
@@ -144,10 +155,12 @@ AGENTGYM_DATA_CACHE="$WORK/cache-cut" "${AG[@]}" data fetch textcraft-tasks --mi
 rc=$?
 set -e
 cat "$WORK/cut.err"
-[ "$rc" = 1 ] && grep -q "again to resume" "$WORK/cut.err" || { echo "the cut download did not fail as interrupted"; exit 1; }
+[ "$rc" = 1 ] && grep -q "again to resume" "$WORK/cut.err" \
+  || { echo "the cut download did not fail as interrupted"; exit 1; }
 AGENTGYM_DATA_CACHE="$WORK/cache-cut" "${AG[@]}" data fetch textcraft-tasks --mirror "$MIRROR_URL" --no-progress
 stop_mirror
-grep -q "\"path\": \"$TRAIN\", \"range\": \"bytes=100000-\"" "$WORK/cut.log" || { echo "no Range request resumed it"; cat "$WORK/cut.log"; exit 1; }
+grep -q "\"path\": \"$TRAIN\", \"range\": \"bytes=100000-\"" "$WORK/cut.log" \
+  || { echo "no Range request resumed it"; cat "$WORK/cut.log"; exit 1; }
 AGENTGYM_DATA_CACHE="$WORK/cache-cut" "${AG[@]}" data verify textcraft-tasks
 step "an interrupted download resumed from byte 100000"
 echo "no-shared-data: ok"
