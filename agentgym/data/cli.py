@@ -122,8 +122,9 @@ class _Bar:
                 from tqdm import tqdm
             except ImportError:
                 return
+            # disable=None: no bar when stderr is not a terminal (CI logs)
             self.bar = tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr,
-                            leave=False)
+                            leave=False, disable=None)
 
     def __call__(self, n: int) -> None:
         if self.bar is not None:
