@@ -14,6 +14,7 @@
     agentgym view RESULTS.jsonl... [--out report.html] [--full-prompts]   (a static page of the episodes)
     agentgym export-sft RESULTS.jsonl... --out DATA.jsonl [--per-turn] [--form auto|text|tools] [--success won|lost]
                   [--min-score S] [--max-score S]   (SFT data from the eval's transcripts)
+    agentgym data list | fetch NAME... | fetch --all [--mirror URL|DIR] | verify   (datasets: the data cache)
     agentgym retrieval build|serve|search ...     (needs the retrieval extra)
     agentgym alfworld setup                     (installs the ALFWorld engine, with the compile's progress)
     agentgym alfworld generate --out DIR --n N --seed S
@@ -43,6 +44,7 @@ __all__ = ["main"]
 
 # subcommand -> (module with main(argv), pip extra hint)
 _DELEGATED = {
+    "data": ("agentgym.data.cli", None),
     "retrieval": ("retrieval.cli", "retrieval"),
     "alfworld": ("agentgym.envs.alfworld.cli", "alfworld"),
     "webshop": ("agentgym.envs.webshop.prepare", "webshop-nlp"),
@@ -58,25 +60,46 @@ _PLUGINS = {"train": "trl"}
 def _cmd_list(args) -> int:
     from .registration import ENVS
 
-    rows = [("env id", "split", "data", "description")]
+    rows = [("env id", "split", "data", "needs fetched data", "description")]
     missing: list[tuple[str, str]] = []  # (label, why): printed under the table so the table stays readable
     for e in ENVS:
         for split, desc in e.splits.items():
             try:
                 ok, why = e.split_available(split)
+                fetched = e.fetched_data(split)
             except Exception as exc:  # noqa: BLE001 - one broken env package must not hide the others
-                ok, why = False, f"{type(exc).__name__}: {exc}"
+                ok, why, fetched = False, f"{type(exc).__name__}: {exc}", []
             if not ok:
                 missing.append((f"{e.env_id} {split}", why))
-            rows.append((e.env_id, split, "yes" if ok else f"no [{len(missing)}]", desc))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+            rows.append((e.env_id, split, "yes" if ok else f"no [{len(missing)}]", ", ".join(fetched) or "-", desc))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
-        print("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+        print("  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4])
+    print()
+    print("needs fetched data: the datasets no extra installs (`agentgym data fetch NAME`; `agentgym data list`)")
     if missing:
         print()
         for i, (label, why) in enumerate(missing, 1):
             print(f"[{i}] {label}: {why}")
     return 0
+
+
+def _fetched_data_epilog() -> str:
+    """``eval --help``'s list of the splits whose data no extra installs."""
+    from .registration import ENVS
+
+    lines = ["splits that need fetched data (`agentgym data fetch NAME` installs it; `agentgym list` says what is "
+             "here):"]
+    for e in ENVS:
+        by_data: dict[str, list[str]] = {}
+        for split in e.splits:
+            for name in e.fetched_data(split):
+                by_data.setdefault(name, []).append(split)
+        for name, splits in by_data.items():
+            lines.append(f"  {e.env_id} {', '.join(splits)}: {name}")
+    lines.append("  every other split needs only its env's extra (ALFWorld's official splits: alfworld-download; "
+                 "AppWorld: agentgym appworld setup)")
+    return "\n".join(lines)
 
 
 def _parse_seeds(text: str) -> list[int]:
@@ -445,6 +468,7 @@ SUBCOMMANDS = {
     "report": "compare results files (and train logs) side by side; optional plot",
     "view": "a self-contained HTML page of the episodes of results files (opens from a file)",
     "export-sft": "SFT data (messages / prompt-completion JSONL) from eval transcripts",
+    "data": "list, fetch (from upstream or a mirror) and verify the datasets the env splits read",
     "retrieval": "build, serve and query retrieval indexes (FAISS / BM25; the retrieval extra)",
     "alfworld": "install the ALFWorld engine (setup); generate expert-verified games in the official layout",
     "webshop": "build WebShop's title-noun table with spaCy (the webshop-nlp extra)",
@@ -471,7 +495,7 @@ def _build_parser() -> argparse.ArgumentParser:
                               formatter_class=HelpFormatter, **kw)
 
     command("list")
-    e = command("eval", epilog=_EVAL_EXIT_CODES)
+    e = command("eval", epilog=_EVAL_EXIT_CODES + "\n\n" + _fetched_data_epilog())
     e.add_argument("env_id", help="a registered env id (agentgym list), e.g. TextCraft-v0")
     e.add_argument("--split", default=None, help="the split to play (default: the env's default split)")
     e.add_argument("--policy", default="oracle", help="oracle | random | openai:MODEL | hf:PATH | module:callable")

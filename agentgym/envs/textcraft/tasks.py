@@ -2,8 +2,10 @@
 
 Splits:
 
-* ``adapt-test`` — the 200 evaluation goals of ADaPT (Prasad et al., 2024), read from ``adapt_test_200.jsonl``
-  (goal + the crafting commands shown to the agent). Unlimited ``get`` of base items; won by crafting the goal.
+* ``adapt-test`` — the 200 evaluation goals of ADaPT (Prasad et al., 2024), built from the recipe files by ADaPT's
+  own rule (:mod:`.adapt`: goal + the crafting commands shown to the agent; nothing to download). A file in the
+  format of ``adapt_test_200.jsonl`` (``task_file=``, e.g. ADaPT's recorded run, the ``textcraft-adapt-recorded``
+  dataset) replaces them. Unlimited ``get`` of base items; won by crafting the goal.
 * ``train`` / ``val`` — ``textcraft_{train,val}.jsonl`` (1,000 / 100 tasks): several target items with counts, an
   initial inventory and a gold trajectory. Task ids are ``textcraft.<split>.<line index>``: the upstream val file
   reuses train ids for different tasks (and repeats some), so its ``id`` is kept only as ``source_id``. These files
@@ -47,7 +49,9 @@ from .recipes import CraftingGraph, Recipe, display_name, item_id
 __all__ = ["TextCraftTask", "SPLITS", "load_split", "generate_task", "task_from_dict", "GENERATED_SPLITS",
            "generated_split_size", "generated_task_ids", "task_identity"]
 
-#: split name -> task file (relative to the data root) or None for generated splits.
+#: split name -> task file (relative to the data root) or None for generated splits. ``adapt-test``'s tasks are
+#: built from the recipes (:mod:`.adapt`); its file name is that of ADaPT's recorded run, the format ``task_file=``
+#: reads.
 SPLITS: dict[str, str | None] = {
     "adapt-test": "textcraft/tasks/adapt_test_200.jsonl",
     "train": "textcraft/tasks/textcraft_train.jsonl",
@@ -266,10 +270,15 @@ def _inventory_task(row: dict, graph: CraftingGraph, task_id: str) -> TextCraftT
 
 
 def load_split(split: str, graph: CraftingGraph, *, path: str | Path | None = None) -> list[TextCraftTask]:
-    """All tasks of a file-backed split (``adapt-test``, ``train``, ``val``), in file order."""
+    """All tasks of a file-backed split (``adapt-test``, ``train``, ``val``), in file order. ``adapt-test`` without
+    ``path`` is built from ``graph`` by ADaPT's rule (:func:`.adapt.adapt_test_rows`)."""
     if split not in SPLITS or SPLITS[split] is None:
         raise TaskError(f"{split!r} is not a file-backed TextCraft split; choose from "
                         f"{[s for s, f in SPLITS.items() if f]}")
+    if split == "adapt-test" and path is None:
+        from .adapt import adapt_test_rows
+
+        return [_adapt_task(row, graph) for row in adapt_test_rows(graph)]
     file = find_data(SPLITS[split], explicit=path)
     tasks = []
     with open(file, encoding="utf-8") as fh:
