@@ -105,6 +105,7 @@ play() {  # play N ENV ARGS...: every one of N episodes must win
 }
 mkdir -p "$WORK/results"
 play 200 TextCraft-v0 --split adapt-test
+play 200 TextCraft-v0 --split adapt-test-recorded
 play 98 TextCraft-v0 --split val
 play 40 TextCraft-v0 --split train --episodes 40
 play 10 WebShop-v0 --split test --first 10
@@ -116,7 +117,7 @@ import os
 from pathlib import Path
 from agentgym.data import find_data
 cache = Path(os.environ["AGENTGYM_DATA_CACHE"])
-for name in ("textcraft/tasks/textcraft_train.jsonl", "webshop/documents_1k.jsonl", "tau2_airline/db.json",
+for name in ("textcraft/tasks/textcraft_train.jsonl", "textcraft/tasks/adapt_test_200.jsonl", "webshop/documents_1k.jsonl", "tau2_airline/db.json",
              "wiki_search/corpus/hotpotqa_distractor_paragraphs_4968.jsonl"):
     assert find_data(name).is_relative_to(cache), (name, find_data(name))
 print("the episodes read the fetched data")

