@@ -342,6 +342,7 @@ def _cmd_serve(args) -> int:
         config = ServeConfig(env_id=args.env_id, split=split, env_kwargs=env_kwargs, host=args.host, port=args.port,
                              max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout,
                              first_reset_timeout_s=args.first_reset_timeout, offload=args.offload,
+                             ws_compression=args.ws_compression,
                              step_timeout_s=args.step_timeout, max_message_bytes=args.max_message_bytes,
                              request_timeout_s=args.request_timeout, keep_alive_timeout_s=args.keep_alive_timeout,
                              max_connections=args.max_connections, auth_token=token, allow_remote=args.allow_remote,
@@ -616,6 +617,9 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--offload", action="store_true", help="call every env on its session's own thread, not only "
                    "the slow ones (AppWorld, tau-airline, WikiSearch, ALFWorld); fast envs are called inline "
                    "(default: off)")
+    s.add_argument("--ws-compression", action="store_true", help="offer WebSocket per-message compression "
+                   "(permessage-deflate): saves bandwidth to far clients, costs more CPU per step than TextCraft's "
+                   "step (default: off)")
     s.add_argument("--max-message-bytes", type=int, default=1 << 20, help="largest message or request body "
                                                                            "(default: 1048576)")
     s.add_argument("--request-timeout", type=float, default=30.0, help="seconds a client has to send a whole HTTP "

@@ -358,10 +358,13 @@ def http_limits(config: ServeConfig) -> HttpLimits:
 
 def uvicorn_settings(server: AgentGymServer, log_level: str = "warning") -> "uvicorn.Config":
     """The ``uvicorn.Config`` that serves ``server``: its app behind the connection limits, WebSocket pings (a peer
-    that vanished is found within ~40 s) and a graceful shutdown."""
+    that vanished is found within ~40 s), per-message compression only with ``ws_compression`` (deflating an
+    observation costs more CPU than the env's step: ~0.36 ms for TextCraft's 8 KB, benchmarks/RESULTS_serve.md) and a
+    graceful shutdown."""
     cfg = server.config
     return uvicorn_config(create_app(server), http_limits(cfg), log_level=log_level, ws_max_size=cfg.max_message_bytes,
-                          ws_ping_interval=20.0, ws_ping_timeout=20.0, timeout_graceful_shutdown=5, lifespan="on")
+                          ws_ping_interval=20.0, ws_ping_timeout=20.0, ws_per_message_deflate=cfg.ws_compression,
+                          timeout_graceful_shutdown=5, lifespan="on")
 
 
 def serve(config: ServeConfig, ready: Callable[[str], None] | None = None, log_level: str = "warning") -> None:

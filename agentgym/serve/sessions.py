@@ -52,6 +52,8 @@ class ServeConfig:
         step_timeout_s: wall-clock limit of one env call run on a thread (make, and the reset and step of slow envs or
             with ``offload``); past it the session is closed. Fast envs' calls run inline and are not timed.
         offload: call every env on its session's own thread, not only the envs marked ``slow_steps``.
+        ws_compression: offer WebSocket per-message compression (permessage-deflate). Off by default: on loopback
+            and a LAN it costs more CPU per step than the step (for clients far away on thin links, turn it on).
         max_message_bytes: the largest WebSocket message or HTTP request body accepted.
         max_json_depth: the deepest JSON nesting of a message or body (a message needs about 6).
         request_timeout_s: an HTTP request must arrive whole (headers and body) within this of its first byte (a JSON
@@ -79,6 +81,7 @@ class ServeConfig:
     first_reset_timeout_s: float = 30.0
     step_timeout_s: float = 300.0
     offload: bool = False
+    ws_compression: bool = False
     max_message_bytes: int = 1 << 20
     max_json_depth: int = 64
     request_timeout_s: float = 30.0
@@ -188,16 +191,24 @@ def _reset_call(env, seed: int | None, options: dict | None) -> dict[str, Any]:
             raise
         raise TaskError(f"the env cannot reset with these options ({', '.join(sorted(map(str, options)))}): "
                         f"{type(e).__name__}: {e}") from e
-    ob = AgentGymObservation(text=obs, prompt=env.prompt(), info=jsonable(info))
-    return {"observation": ob.model_dump(exclude={"reward", "done"}), "reward": None, "done": False}
+    return {"observation": _observation(obs, env.prompt(), info), "reward": None, "done": False}
 
 
 def _step_call(env, action) -> dict[str, Any]:
     obs, reward, terminated, truncated, info = env.step(action)
-    done = bool(terminated or truncated)
-    ob = AgentGymObservation(text=obs, prompt=env.prompt(), info=jsonable(info), terminated=bool(terminated),
-                             truncated=bool(truncated))
-    return {"observation": ob.model_dump(exclude={"reward", "done"}), "reward": float(reward), "done": done}
+    return {"observation": _observation(obs, env.prompt(), info, bool(terminated), bool(truncated)),
+            "reward": float(reward), "done": bool(terminated or truncated)}
+
+
+def _observation(text: Any, prompt: Any, info: Any, terminated: bool = False, truncated: bool = False) -> dict:
+    """``AgentGymObservation(...).model_dump(exclude={"reward", "done"})``, built directly: the same keys in the same
+    order (tests/adapters/test_adapters_serve.py checks it), without a model's validation and dump on every step
+    (a fifth of the server's own CPU per TextCraft step)."""
+    if not isinstance(text, str) or not isinstance(prompt, str):
+        raise TypeError(f"the env returned a {type(text).__name__} observation / {type(prompt).__name__} prompt; "
+                        "both must be text")
+    return {"metadata": {}, "text": text, "prompt": prompt, "info": jsonable(info), "terminated": terminated,
+            "truncated": truncated}
 
 
 def task_field(req: ResetRequest) -> str:
@@ -422,7 +433,9 @@ class AgentGymServer:
         data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
         value = decode_json_body(data, self.config.max_json_depth, max_number_chars=MAX_NUMBER_CHARS, what=what,
                                  finite=True)
-        if _SURROGATE_ESCAPE.search(data) or isinstance(raw, str):
+        # Raw UTF-8 cannot hold a surrogate (the decoder above refuses it): only an escape can make one, so the walk
+        # runs only for a message that has one (a valid pair is an escape too, and passes the walk).
+        if _SURROGATE_ESCAPE.search(data):
             where = lone_surrogate_path(value)
             if where is not None:
                 raise ProtocolError(f"{what} holds a lone UTF-16 surrogate at {where}: not Unicode text (a surrogate "

@@ -210,6 +210,21 @@ def test_serve_http_routes(textcraft_server):
     assert status == 200 and rpc["id"] == 4 and rpc["error"]["code"] == -32601
 
 
+def test_serve_observation_dict_is_the_models_dump():
+    """The observation a step answers is built as a plain dict (no model per step): it must be exactly what
+    AgentGymObservation would dump, keys and their order included (the schema /schema publishes)."""
+    from agentgym.serve.protocol import AgentGymObservation
+    from agentgym.serve.sessions import _observation
+
+    info = {"won": False, "score": 0.5, "nested": [1, {"a": None}]}
+    want = AgentGymObservation(text="t", prompt="p", info=info, terminated=True, truncated=False)
+    got = _observation("t", "p", info, True, False)
+    assert got == want.model_dump(exclude={"reward", "done"})
+    assert list(got) == list(want.model_dump(exclude={"reward", "done"}))
+    with pytest.raises(TypeError):
+        _observation(b"bytes", "p", {})
+
+
 def test_serve_session_plays_like_in_process_and_answers_every_bad_frame(textcraft_server):
     actions = _oracle_actions("adapt.test.11", seed=5, n_random=4)
     env = agentgym.make("TextCraft-v0", split="adapt-test")
