@@ -46,7 +46,7 @@ class ServeConfig:
         host, port: where to listen (port 0: any free port).
         max_sessions: concurrent WebSocket sessions with an env (one each, made at the session's first reset); also
             bounds the sessions pending their first reset and the stateless HTTP requests in flight. The default, 512,
-            fits a GRPO batch of 64 tasks x 8 samples (TextCraft: ~0.4 MB per session, benchmarks/RESULTS_serve.md).
+            fits a GRPO batch of 64 tasks x 8 samples (TextCraft: ~0.1 MB per session, benchmarks/RESULTS_serve.md).
         idle_timeout_s: a session with an env and no message for this long is closed and its env freed.
         first_reset_timeout_s: a new session that sends no reset within this is closed (it never held an env).
         step_timeout_s: wall-clock limit of one env call run on a thread (make, and the reset and step of slow envs or

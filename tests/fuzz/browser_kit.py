@@ -104,7 +104,7 @@ def open_page(browser, url: str, html: str = "<!doctype html><title>page</title>
     context = browser.new_context()
     context.route(url, lambda route: route.fulfill(status=200, content_type="text/html", body=html))
     page = context.new_page()
-    page.goto(url, timeout=15_000)
+    page.goto(url, timeout=30_000)
     return page
 
 
@@ -129,7 +129,7 @@ async ({target, resetBody}) => {
   } catch (e) { out.cors = "blocked"; }
   out.ws = await new Promise((resolve) => {
     let ws;
-    const timer = setTimeout(() => resolve("timeout"), 8000);
+    const timer = setTimeout(() => resolve("timeout"), 20000);
     try { ws = new WebSocket(target.replace(/^http/, "ws") + "/ws"); }
     catch (e) { clearTimeout(timer); resolve("error: " + e); return; }
     ws.onopen = () => ws.send(JSON.stringify({type: "reset", data: JSON.parse(resetBody)}));

@@ -40,7 +40,7 @@ def test_no_web_page_can_drive_the_loopback_server():
         with StaticSite("<!doctype html><title>elsewhere</title>") as site:
             page = browser.new_page()
             try:
-                page.goto(site.url, timeout=15_000)
+                page.goto(site.url, timeout=30_000)
                 for target in (f"http://127.0.0.1:{port}", f"http://localhost:{port}"):
                     out = page.evaluate(ATTACK_JS, {"target": target, "resetBody": RESET})
                     assert out["nocors"] == "sent" and _refused(out), (target, out)
