@@ -4,7 +4,9 @@
 
 Both servers serve TextCraft-v0 (adapt-test): ``agentgym serve`` and ``openenv.core.env_server.create_app`` (openenv
 0.10) wrapping the same env class (``benchmarks/openenv_textcraft_server.py``, run by the Python of a venv with
-openenv: ``--openenv-python``, default ``$AGENTGYM_OPENENV_PYTHON`` or ``.ci-openenv-venv/bin/python``). For each
+openenv: ``--openenv-python``, default ``$AGENTGYM_OPENENV_PYTHON`` or ``.ci-openenv-venv/bin/python``; or
+``python3 -m venv /tmp/oe && /tmp/oe/bin/pip install openenv==0.10.0 gymnasium``: agentgym comes from this checkout
+through ``PYTHONPATH``). For each
 server and each client count C, a fresh server and one load process (:func:`load`, its own process: the same client
 for both servers) open C WebSocket sessions at once -- a training batch connecting -- reset each, then step them all
 as fast as each answer comes back for ``--seconds``; every session resets again when its episode ends. Reported:
@@ -280,6 +282,14 @@ def _commit() -> str:
         return "unknown"
 
 
+def _openenv_version(python: str) -> str:
+    try:
+        return subprocess.run([python, "-c", "import openenv; print(openenv.__version__)"], capture_output=True,
+                              text=True, timeout=60).stdout.strip() or "?"
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+
+
 def _openenv_python(arg: str | None) -> str | None:
     for cand in (arg, os.environ.get("AGENTGYM_OPENENV_PYTHON"), str(REPO / ".ci-openenv-venv" / "bin" / "python")):
         if cand and Path(cand).exists():
@@ -318,6 +328,7 @@ def main() -> int:
         print("error: no Python with openenv 0.10: pass --openenv-python (a venv with openenv==0.10.0, numpy and "
               "gymnasium) or set AGENTGYM_OPENENV_PYTHON", file=sys.stderr)
         return 2
+    args.openenv_python_used = python
     sys.path.insert(0, str(_HERE))
     t_start = time.time()
     servers = [("agentgym", lambda n: AgentGymServe(n)), ("openenv", lambda n: OpenEnvServe(python, n))]
@@ -352,7 +363,8 @@ def _report(args, sizes, servers, names, rows, ev, wall_s) -> str:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     out = [f"# `agentgym serve` at training scale, side by side with OpenEnv's server", "",
            f"Written by `{cmd.strip()}` at commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M')}, in {wall_s / 60:.1f} "
-           f"min on {os.cpu_count()} cores shared with other jobs (load average at the end: {load}). Absolute figures "
+           f"min on {os.cpu_count()} cores shared with other jobs (load average at the end: {load}), OpenEnv "
+           f"{_openenv_version(args.openenv_python_used)} from `{args.openenv_python_used}`. Absolute figures "
            "move with that load; the ratios between servers, measured back to back in one run, are what count. "
            "Server CPU per step moves least.", "",
            "Both serve TextCraft-v0 (adapt-test) over OpenEnv's WebSocket protocol, one env per session: `agentgym serve` "
@@ -387,8 +399,17 @@ def _report(args, sizes, servers, names, rows, ev, wall_s) -> str:
     mem = ours["mb_per_session"]
     goal_sessions = "met" if ours["held"] >= 0.99 * top and top >= 1024 else "MISSED"
     goal_speed = "met" if ours["steps_per_s"] >= 2 * base else "MISSED"
+    theirs = rows[("openenv", top)]
+    by_c = ", ".join(f"{rows[('agentgym', c)]['steps_per_s'] / rows[('openenv', c)]['steps_per_s']:.2f}x at {c}"
+                     for c in sizes)
     out += ["", f"Goals: at least 1,024 sessions held ({goal_sessions}: {ours['held']}/{top}); at least 2x OpenEnv's "
                 f"steps/s ({goal_speed}: {ours['steps_per_s'] / base:.2f}x at {top} clients).", "",
+            f"Steps/s, agentgym serve / OpenEnv: {by_c} clients. Server CPU per step at {top} clients: "
+            f"{ours['server_cpu_us_per_step']:.0f} µs vs {theirs['server_cpu_us_per_step']:.0f} µs "
+            f"({theirs['server_cpu_us_per_step'] / ours['server_cpu_us_per_step']:.1f}x less), on "
+            f"{ours['server_cpu_share']:.2f} vs {theirs['server_cpu_share']:.2f} of a core: on a machine this busy a "
+            "server gets the CPU the scheduler gives its runnable threads, one event loop for agentgym serve, the "
+            "event loop plus the session threads (and zlib, which runs without the GIL) for OpenEnv.", "",
             f"**Default `--max-sessions`.** At {mem:.2f} MB per TextCraft session (RSS after {top} resets, minus before), "
             f"a GRPO batch of 64 tasks x G = 8 = 512 sessions needs {512 * mem:.0f} MB over the server's "
             f"{rows[('agentgym', top)]['rss_mb'] - top * mem:.0f} MB base: `--max-sessions` defaults to 512.", "",
