@@ -34,9 +34,20 @@ FLOOD = Path(__file__).with_name("flood_kit.py")
 FLOOD_SECONDS = 40.0  # at most: the flood stops when the canary is done
 
 
+def _need_open_files(n: int) -> None:
+    """Skip when this machine's hard limit on open files cannot hold ``n`` (the flood raises its soft limit, and the
+    server its own, up to the hard limit)."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < n:
+        pytest.skip(f"needs {n} open files per process; the hard limit (ulimit -Hn) is {hard}")
+
+
 @contextlib.contextmanager
 def _flood(port: int, sockets: int, websockets: int = 0):
     """The flood in a child process; yields once its connections are open, then its counts (a dict) on exit."""
+    _need_open_files(sockets + websockets + 256)
     proc = subprocess.Popen([sys.executable, str(FLOOD), "--port", str(port), "--sockets", str(sockets),
                              "--websockets", str(websockets), "--seconds", str(FLOOD_SECONDS)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
