@@ -367,6 +367,8 @@ def _cmd_serve(args) -> int:
     try:
         config = ServeConfig(env_id=args.env_id, split=split, env_kwargs=env_kwargs, host=args.host, port=args.port,
                              max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout,
+                             first_reset_timeout_s=args.first_reset_timeout, offload=args.offload,
+                             ws_compression=args.ws_compression,
                              step_timeout_s=args.step_timeout, max_message_bytes=args.max_message_bytes,
                              request_timeout_s=args.request_timeout, keep_alive_timeout_s=args.keep_alive_timeout,
                              max_connections=args.max_connections, auth_token=token, allow_remote=args.allow_remote,
@@ -645,10 +647,21 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only; a "
                                                        "non-loopback address needs --auth-token or --allow-remote)")
     s.add_argument("--port", type=int, default=8000, help="0: any free port (the URL is printed) (default: 8000)")
-    s.add_argument("--max-sessions", type=int, default=32, help="concurrent sessions, one env each (default: 32)")
-    s.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle session is closed "
-                                                                      "(default: 600)")
-    s.add_argument("--step-timeout", type=float, default=300.0, help="seconds one env call may take (default: 300)")
+    s.add_argument("--max-sessions", type=int, default=512, help="concurrent sessions with an env (made at a "
+                   "session's first reset); also the sessions that may wait for their first reset (default: 512, a "
+                   "GRPO batch of 64 tasks x 8)")
+    s.add_argument("--idle-timeout", type=float, default=120.0, help="seconds a session may go without a message "
+                   "before it is closed and its env freed; raise it when a model turn takes longer (default: 120)")
+    s.add_argument("--first-reset-timeout", type=float, default=30.0, help="seconds a new session has to send its "
+                   "first reset before it is closed (default: 30)")
+    s.add_argument("--step-timeout", type=float, default=300.0, help="seconds one env call on a thread may take "
+                   "(making an env; steps of slow envs, or all with --offload) (default: 300)")
+    s.add_argument("--offload", action="store_true", help="call every env on its session's own thread, not only "
+                   "the slow ones (AppWorld, tau-airline, WikiSearch, ALFWorld); fast envs are called inline "
+                   "(default: off)")
+    s.add_argument("--ws-compression", action="store_true", help="offer WebSocket per-message compression "
+                   "(permessage-deflate): saves bandwidth to far clients, costs more CPU per step than TextCraft's "
+                   "step (default: off)")
     s.add_argument("--max-message-bytes", type=int, default=1 << 20, help="largest message or request body "
                                                                            "(default: 1048576)")
     s.add_argument("--request-timeout", type=float, default=30.0, help="seconds a client has to send a whole HTTP "
@@ -656,15 +669,17 @@ def _build_parser() -> argparse.ArgumentParser:
                    "(default: 30)")
     s.add_argument("--keep-alive-timeout", type=float, default=5.0, help="seconds an HTTP connection may stay idle "
                                                                         "between requests (default: 5)")
-    s.add_argument("--max-connections", type=int, default=1024, help="open TCP connections beyond which a new one "
-                                                                     "gets a JSON 503 (default: 1024)")
+    s.add_argument("--max-connections", type=int, default=2048, help="open TCP connections (WebSockets included) "
+                   "beyond which a new one closes the longest-idle HTTP connection, or the slowest request still "
+                   "arriving, and gets a JSON 503 only when all are busy (default: 2048)")
     s.add_argument("--auth-token", default=None, help=f"require 'Authorization: Bearer TOKEN' on every HTTP request "
                    f"and WebSocket upgrade (default: ${SERVE_TOKEN_ENV}; unset: no token, loopback binds only)")
     s.add_argument("--allow-remote", action="store_true", help="serve a non-loopback --host without a token (refused "
                                                                "otherwise; anyone who reaches the port can play) "
                                                                "(default: off)")
     s.add_argument("--allowed-origin", action="append", metavar="ORIGIN", help="an Origin (scheme://host[:port]) "
-                   "that may open WebSocket sessions, besides none and the server's own (repeatable; default: none)")
+                   "that may send requests and open WebSocket sessions, besides none and the server's own; without "
+                   "a token its host may also be the Host header (repeatable; default: none)")
     s.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="extra env kwarg (repeatable), "
                                                                           "e.g. max_turns=30 (default: none)")
     s.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,

@@ -31,7 +31,7 @@ from typing import Iterable
 from urllib.parse import urlsplit
 
 __all__ = ["BrowserGuard", "host_allowed", "origin_allowed", "is_json_content_type", "split_host",
-           "normalize_origins"]
+           "normalize_origins", "is_loopback_host"]
 
 
 def is_json_content_type(content_type: str | None) -> bool:
@@ -95,13 +95,16 @@ def _origin_names(origin: str, port: int | None) -> tuple[str, bool]:
     return (parts.hostname or ""), (port if port is not None else default) == (parts.port or default)
 
 
-def _is_loopback_name(name: str) -> bool:
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` (browsers resolve ``*.localhost`` to loopback themselves) and loopback addresses
+    (127.0.0.0/8, ``::1``, with or without IPv6 brackets); False for ``0.0.0.0``, ``::`` and the rest."""
     import ipaddress
 
-    if name == "localhost" or name.endswith(".localhost"):  # browsers resolve these to loopback themselves
+    host = host.strip("[]")
+    if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(name).is_loopback
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
@@ -126,7 +129,7 @@ def host_allowed(host: str | None, server_port: int, allowed_origins: Iterable[s
         return False
     if local_address and name == local_address.strip("[]").lower():
         return True
-    return _is_loopback_name(name)
+    return is_loopback_host(name)
 
 
 def origin_allowed(origin: str | None, host: str | None, allowed_origins: Iterable[str] = ()) -> bool:

@@ -49,7 +49,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from .browser_guard import BrowserGuard, is_json_content_type, normalize_origins
+from .browser_guard import BrowserGuard, is_json_content_type, is_loopback_host, normalize_origins
 from .errors import MissingDependencyError
 from .protocol import ProtocolError, decode_json_body, hits_to_json, parse_search_request
 from .types import Hit
@@ -641,8 +641,10 @@ class RetrievalServer:
         limits = http_layer.HttpLimits(request_timeout_s=cfg.request_timeout_s, idle_timeout_s=cfg.idle_timeout_s,
                                        write_timeout_s=cfg.write_timeout_s, max_header_bytes=cfg.max_header_bytes,
                                        max_connections=cfg.max_connections, max_discard_bytes=2 * cfg.max_body_bytes)
-        # without a token, only loopback Host names are answered (DNS rebinding); a foreign Origin never is
-        app = BrowserGuard(build_app(self, limits.retry_after_s), check_host=not cfg.auth_token,
+        # bound to loopback without a token, only loopback Host names are answered (DNS rebinding); with a token, or
+        # bound wider with --allow-remote, any Host (the token, or the operator's choice, decides); a foreign Origin never
+        app = BrowserGuard(build_app(self, limits.retry_after_s),
+                           check_host=not cfg.auth_token and is_loopback_host(cfg.host),
                            allowed_origins=cfg.allowed_origins)
         if cfg.auth_token:
             app = http_layer.BearerAuth(app, cfg.auth_token)  # outermost: a request without the token gets a 401

@@ -631,9 +631,9 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
         Run("serve", "serve TextCraft-v0 --split gen-depth2 --port {port} --max-sessions 32",
             probe=probe_serve_gen_depth2, needs=SERVE + TEXTCRAFT),
     "agentgym serve ENV_ID [--split S] [--host 127.0.0.1] [--port N] [--max-sessions N] [--idle-timeout S] "
-    "[--step-timeout S] [--env-arg KEY=VALUE]":
+    "[--first-reset-timeout S] [--step-timeout S] [--offload] [--env-arg KEY=VALUE]":
         Run("serve-synopsis", "serve TextCraft-v0 --split gen-depth1 --host 127.0.0.1 --port {port} --max-sessions 2 "
-            "--idle-timeout 60 --step-timeout 60 --env-arg rules=lenient",
+            "--idle-timeout 60 --first-reset-timeout 20 --step-timeout 60 --offload --env-arg rules=lenient",
             probe=probe_serve_all_flags, needs=SERVE + TEXTCRAFT),
     # `agentgym serve TextCraft-v0 --port 8000 & vf-eval @ eval.toml --no-push`: the server half (vf-eval runs in
     # its own venv: tests/adapters/test_adapters_verifiers.py, .ci/run stage 5)

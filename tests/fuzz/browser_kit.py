@@ -12,6 +12,9 @@ then a missing browser fails the test instead of skipping it (the convention of 
 * :func:`open_page_as` -- a page whose document URL is any origin (``http://rebind.evil.example:PORT/``), its HTML
   served by playwright's router, while the page's own requests go to the network: the state of a page after a DNS
   rebinding.
+* :data:`FETCH_JS` -- one ``fetch`` with the given init (a Blob body included), resolving to what the page could see;
+* :data:`ATTACK_JS` -- everything a page may try on a server (``agentgym serve``): a ``no-cors`` POST with a text
+  body, a ``no-cors`` POST with a JSON Blob, a readable (CORS) POST, and a WebSocket session.
 """
 
 from __future__ import annotations
@@ -141,3 +144,37 @@ FETCH_JS = """async (args) => {
     return {error: String(e)};
   }
 }"""
+
+
+#: ``(target) => {...}``: every way a page may try to use the server at ``target`` (``http://host:port``); returns
+#: what it observed. ``nocors*``: "sent" when the browser sent the request (its answer is opaque either way);
+#: ``cors``: the status the page could read, or "blocked"; ``ws``: "open: <first frame>", or how it failed.
+ATTACK_JS = """
+async ({target, resetBody}) => {
+  const out = {};
+  try { await fetch(target + "/reset", {method: "POST", mode: "no-cors", body: resetBody}); out.nocors = "sent"; }
+  catch (e) { out.nocors = "error: " + e; }
+  try {
+    await fetch(target + "/reset", {method: "POST", mode: "no-cors",
+                                    body: new Blob([resetBody], {type: "application/json"})});
+    out.nocors_blob = "sent";
+  } catch (e) { out.nocors_blob = "error: " + e; }
+  try {
+    const r = await fetch(target + "/reset", {method: "POST", headers: {"Content-Type": "application/json"},
+                                              body: resetBody});
+    out.cors = r.status;
+    out.cors_body = (await r.text()).slice(0, 200);
+  } catch (e) { out.cors = "blocked"; }
+  out.ws = await new Promise((resolve) => {
+    let ws;
+    const timer = setTimeout(() => resolve("timeout"), 20000);
+    try { ws = new WebSocket(target.replace(/^http/, "ws") + "/ws"); }
+    catch (e) { clearTimeout(timer); resolve("error: " + e); return; }
+    ws.onopen = () => ws.send(JSON.stringify({type: "reset", data: JSON.parse(resetBody)}));
+    ws.onmessage = (m) => { clearTimeout(timer); resolve("open: " + String(m.data).slice(0, 80)); ws.close(); };
+    ws.onerror = () => { clearTimeout(timer); resolve("error"); };
+    ws.onclose = (e) => { clearTimeout(timer); resolve("closed " + e.code); };
+  });
+  return out;
+}
+"""

@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-pytest.importorskip("bm25s", reason="the retrieval extra: pip install 'agentgym[retrieval]'")
-pytest.importorskip("uvicorn", reason="the retrieval extra: pip install 'agentgym[retrieval]'")
+pytest.importorskip("bm25s", reason="the retrieval extra: pip install 'agentgym-kit[retrieval]'")
+pytest.importorskip("uvicorn", reason="the retrieval extra: pip install 'agentgym-kit[retrieval]'")
 
 from retrieval_kit import (Canary, ServerProcess, build_bm25_dir, exchange, expected_answers,  # noqa: E402
                            read_response, request_bytes, search_body)

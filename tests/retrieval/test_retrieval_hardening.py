@@ -23,6 +23,7 @@ from retrieval_testkit import http_request, need, post_json, read_response, smal
 
 need("bm25s", "uvicorn", "starlette")
 
+from retrieval.http_limits import connection_counts  # noqa: E402
 from retrieval.server import RetrievalServer, ServerConfig  # noqa: E402
 
 READ_TIMEOUT_S = 1.0
@@ -381,18 +382,74 @@ def _many_connections(server, n: int, queries, expected) -> None:
     assert not failures, failures[:5]
 
 
-def test_connections_over_the_limit_get_a_json_503(bm25, wait_until):
-    with RetrievalServer(bm25, ServerConfig(port=0, max_connections=4)) as srv:
-        held = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(4)]
+class _HeldSearch:
+    """``bm25``'s search, held until ``release`` is set (bounded: 60 s): requests in flight stay busy."""
+
+    def __init__(self, index, release: threading.Event):
+        self.index, self.release = index, release
+
+    def search(self, queries, topk=3):
+        self.release.wait(60)
+        return self.index.search(queries, topk)
+
+
+def test_connections_over_the_limit_make_room_then_get_a_json_503(bm25, wait_until):
+    """At the connection limit a new connection closes the longest-idle one, then the slowest request still
+    arriving (a JSON 503), and is answered; only when every connection is busy in the app is it refused (503)."""
+    release = threading.Event()
+    body = json.dumps({"queries": ["alpha"]}).encode()
+    with RetrievalServer(_HeldSearch(bm25, release), ServerConfig(port=0, max_connections=4)) as srv:
+        host = b"127.0.0.1:%d" % srv.port  # without a token only loopback Host names are answered
+        search = (b"POST /retrieve HTTP/1.1\r\nHost: " + host + b"\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+        def counts() -> dict:
+            return connection_counts(srv._uvicorn.server_state)
+
+        def busy_one() -> socket.socket:  # a request held in the search: busy in the app
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            s.sendall(search)
+            return s
+
+        idle = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(4)]
+        busy: list[socket.socket] = []
         try:
-            wait_until(lambda: len(srv._uvicorn.server_state.connections) >= 4, "the server to hold 4 connections")
-            r = http_request(srv.port, "GET", "/health")
+            wait_until(lambda: counts()["idle"] == 4, "the server to hold 4 idle connections")
+            assert http_request(srv.port, "GET", "/health").status == 200  # room made: the oldest idle one closed
+            assert _closed_within(idle[0], 10)
+            slow = idle[1]
+            slow.sendall(b"POST /retrieve HTTP/1.1\r\nHost: " + host + b"\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: 50\r\n\r\n{\"que")
+            wait_until(lambda: counts()["reading"] == 1 and counts()["open"] == 3, "idle 2, 3 and the slow one")
+            busy.append(busy_one())
+            wait_until(lambda: counts()["idle"] == 2 and counts()["open"] == 4, "the first busy one")
+            busy.append(busy_one())  # makes room: idle[2], the longest idle, goes
+            assert _closed_within(idle[2], 10)
+            assert http_request(srv.port, "GET", "/health").status == 200  # idle[3] goes
+            assert _closed_within(idle[3], 10)
+            wait_until(lambda: counts()["open"] == 3, "the slow one and 2 busy")
+            busy.append(busy_one())
+            # (a fresh connection is idle until its request is read: the only idle one would be the one to go)
+            wait_until(lambda: counts()["open"] == 4 and not counts()["idle"], "3 busy and the slow one")
+            assert http_request(srv.port, "GET", "/health").status == 200  # no idle one left: the slow request goes
+            r = read_response(slow, 10)
             _assert_json_error(r, 503)
-            assert r.headers["retry-after"] == "1"
+            assert "slowest" in r.json()["error"] and r.headers["retry-after"] == "1"
+            wait_until(lambda: counts()["open"] == 3, "3 busy")
+            busy.append(busy_one())
+            wait_until(lambda: counts()["open"] == 4 and not counts()["idle"], "4 busy connections")
+            r = http_request(srv.port, "GET", "/health")  # every connection busy: refused
+            _assert_json_error(r, 503)
+            assert r.headers["retry-after"] == "1" and counts()["refused"] == 1
+            assert counts()["evicted_idle"] == 3 and counts()["evicted_reading"] == 1
+            release.set()
+            for s in busy:  # the held requests are all answered
+                assert read_response(s, 30).status == 200
         finally:
-            for s in held:
+            release.set()
+            for s in idle + busy:
                 s.close()
-        wait_until(lambda: not srv._uvicorn.server_state.connections, "the held connections to be closed")
+        wait_until(lambda: not srv._uvicorn.server_state.connections, "the connections to be closed")
         assert post_json(srv.port, {"queries": ["alpha"]}).status == 200
 
 
