@@ -272,7 +272,8 @@ def test_the_style_is_in_the_run_identity_and_resume_refuses_another(tmp_path):
     assert default == {"prompt_style": "bipace"} and verl == {"prompt_style": "verl-agent"}
     results = ResultsFile(tmp_path / "r.jsonl")
     mine = run_identity("oracle", None, 6, {}, default)
-    results.append([{"env_id": "WikiSearch-v0", "split": "demo", "task_id": "t", "seed": 0, "trial": 0, **mine}])
+    results.append([{"env_id": "WikiSearch-v0", "split": "demo", "task_id": "t", "seed": 0, "trial": 0, "won": True,
+                     "score": 1.0, "turns": 2, "error": None, **mine}])
     results.check_identity("WikiSearch-v0", "demo", mine)  # the same preset resumes
     with pytest.raises(ResultsMismatchError, match="prompt_style"):
         results.check_identity("WikiSearch-v0", "demo", run_identity("oracle", None, 6, {}, verl))
