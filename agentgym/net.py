@@ -16,7 +16,6 @@ socket timeout never does), and the body is read in chunks up to ``max_bytes`` (
 from __future__ import annotations
 
 import heapq
-import ipaddress
 import itertools
 import socket
 import threading
@@ -27,6 +26,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from retrieval.browser_guard import is_loopback_host
+
 __all__ = ["urlopen", "open_direct", "is_loopback_url", "bounded_request", "BoundedAnswer", "DeadlineExceeded",
            "ResponseTooLarge", "read_capped", "ERROR_BODY_BYTES",
            "MODEL_ANSWER_MAX_BYTES"]
@@ -36,13 +37,7 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no pro
 
 def is_loopback_url(url: str) -> bool:
     """True for ``localhost`` and loopback IP addresses (127.0.0.0/8, ::1)."""
-    host = urllib.parse.urlsplit(url).hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(urllib.parse.urlsplit(url).hostname or "")
 
 
 def open_direct(request: urllib.request.Request | str, timeout: float) -> Any:
