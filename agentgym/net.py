@@ -16,6 +16,7 @@ socket timeout never does), and the body is read in chunks up to ``max_bytes`` (
 from __future__ import annotations
 
 import heapq
+import ipaddress
 import itertools
 import socket
 import threading
@@ -26,8 +27,6 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from retrieval.browser_guard import is_loopback_host
-
 __all__ = ["urlopen", "open_direct", "is_loopback_url", "bounded_request", "BoundedAnswer", "DeadlineExceeded",
            "ResponseTooLarge", "read_capped", "ERROR_BODY_BYTES",
            "MODEL_ANSWER_MAX_BYTES"]
@@ -37,7 +36,15 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no pro
 
 def is_loopback_url(url: str) -> bool:
     """True for ``localhost`` and loopback IP addresses (127.0.0.0/8, ::1)."""
-    return is_loopback_host(urllib.parse.urlsplit(url).hostname or "")
+    # the rule of retrieval.browser_guard.is_loopback_host; not imported from there, so that this module (which every
+    # HTTP client of agentgym imports) needs no other package, and a script beside a file named retrieval.py runs
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def open_direct(request: urllib.request.Request | str, timeout: float) -> Any:
