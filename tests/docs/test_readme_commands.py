@@ -606,6 +606,10 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
         Run("data-fetch-adapt-recorded", "data fetch textcraft-adapt-recorded --mirror {mirror}", data=True,
             env={"AGENTGYM_DATA_CACHE": "{work}/data-adapt"},
             check=_check_fetched("data-adapt", "textcraft-adapt-recorded")),
+    "agentgym data fetch tau2-airline":
+        Run("data-fetch-tau2-airline", "data fetch tau2-airline --mirror {mirror}", data=True,
+            env={"AGENTGYM_DATA_CACHE": "{work}/data-tau2"},
+            check=_check_fetched("data-tau2", "tau2-airline")),
     "agentgym data fetch alfworld-react-prompts":
         Run("data-fetch-react", "data fetch alfworld-react-prompts --mirror {mirror}", data=True,
             env={"AGENTGYM_DATA_CACHE": "{work}/data-react"},
