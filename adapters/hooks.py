@@ -1,7 +1,7 @@
 """Model-side hooks shared by the trainer adapters (torch + transformers, imported lazily).
 
 * :func:`hidden_fingerprints`: the actor's hidden state at one layer at chosen token positions (default: the last
-  non-pad token of each row), L2-normalized -- BiPACE's ``actor_hidden`` embedder (bipace.txt Sec. 4, App. H).
+  non-pad token of each row), L2-normalized -- BiPACE's ``actor_hidden`` embedder (the BiPACE paper, Sec. 4, App. H).
 * :func:`calibrate_fingerprint_layer`: the App. H scan over layers and eps in {0.05, 0.10, 0.15, 0.20} (cluster
   count, singleton fraction, median cluster size and linear-probe accuracy on cached observations), its layer
   selection rule, and App. F's median-cluster-size rule for eps.
@@ -255,7 +255,7 @@ def calibrate_fingerprint_layer(model: Any, sequences: Sequence[Sequence[int]], 
                                 max_singleton_fraction: float = 0.9, eps_range: tuple[float, float] = (0.02, 0.40),
                                 target: tuple[float, float] = (4.0, 8.0), max_probes: int = 6, batch_size: int = 8,
                                 probe_folds: int = 2) -> FingerprintCalibration:
-    """bipace.txt App. H, then App. F.
+    """The BiPACE paper's App. H, then App. F.
 
     1. Scan: the last-token hidden state of every layer in ``layers`` (default: every block, negative indices) for
        the cached observation prompts ``sequences``; per layer, the cross-validated linear-probe accuracy of

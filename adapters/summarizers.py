@@ -1,5 +1,6 @@
-"""Credit-reference summarizers for SGCD (sgcd.txt): a short text about an episode that the teacher pass sees
-as extra context, so that the teacher/student divergence marks the tokens the reference makes more or less likely.
+"""Credit-reference summarizers for SGCD (the SGCD paper, arXiv 2606.12634): a short text about an episode that the
+teacher pass sees as extra context, so that the teacher/student divergence marks the tokens the reference makes more
+or less likely.
 
 * :class:`RuleBasedSummarizer`: deterministic (same episode -> same text), no model; for tests and baselines.
 * :class:`OpenAISummarizer`: any OpenAI-compatible ``/chat/completions`` endpoint (vLLM, SGLang, llama.cpp,
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 from agentgym.errors import AgentGymError
-from agentgym.net import urlopen
+from agentgym.net import MODEL_ANSWER_MAX_BYTES, ResponseTooLarge, bounded_request
 
 logger = logging.getLogger(__name__)
 
@@ -113,14 +114,20 @@ class OpenAISummarizer:
         for _ in range(max(self.retries, 0) + 1):
             req = urllib.request.Request(url, data=body, headers=headers, method="POST")
             try:
-                with urlopen(req, timeout=self.timeout) as resp:
-                    data = json.loads(resp.read().decode("utf-8"))
+                # the whole request within the timeout, no redirect followed (the key stays with its origin), the
+                # answer capped
+                answer = bounded_request(req, timeout_s=self.timeout, max_bytes=MODEL_ANSWER_MAX_BYTES)
+                if not 200 <= answer.status < 300:
+                    raise SummarizerError(f"HTTP {answer.status} from {url}"
+                                          + (f" (redirect to {answer.headers.get('Location')!r}, not followed)"
+                                             if 300 <= answer.status < 400 else ""))
+                data = json.loads(answer.body.decode("utf-8"))
                 text = data["choices"][0]["message"]["content"]
                 if not isinstance(text, str) or not text.strip():
                     raise SummarizerError(f"empty summary from {url}")
                 return text.strip()
-            except (urllib.error.URLError, TimeoutError, OSError, KeyError, IndexError, TypeError,
-                    json.JSONDecodeError) as e:
+            except (urllib.error.URLError, TimeoutError, OSError, KeyError, IndexError, TypeError, ValueError,
+                    ResponseTooLarge, SummarizerError) as e:  # ValueError: bad JSON or UTF-8
                 last = e
                 logger.warning("summarizer request to %s failed: %s", url, e)
         raise SummarizerError(f"summarizer endpoint {url} failed: {last}") from last

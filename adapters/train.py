@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from agentgym.context import CONTEXT_FORMS, DEFAULT_CONTEXT_FORM, DEFAULT_OBS_TEMPLATE, FIRST_CONTEXTS
+from agentgym.errors import DataNotFoundError, MissingDependencyError, TaskError
 
 if TYPE_CHECKING:
     from .episodes import EpisodeConfig
@@ -612,6 +613,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run(settings)
     except SettingsError as e:
+        logger.error("%s", e)
+        return 2
+    except (DataNotFoundError, TaskError, MissingDependencyError) as e:  # the user's to fix: the cause, no traceback
         logger.error("%s", e)
         return 2
     return 0

@@ -1,7 +1,7 @@
 """TRL adapter (supported: ``trl>=1.16,<1.17``): train a policy on an agentgym env with any registered estimator.
 
-:class:`AgentGymGRPOTrainer` subclasses ``trl.GRPOTrainer`` at the seams recorded in
-../shared/docs/trainer_integration.md section 2:
+:class:`AgentGymGRPOTrainer` subclasses ``trl.GRPOTrainer`` at the seams described in docs/trainers.md
+section 2:
 
 * its ``rollout_func`` plays the dataset rows' tasks multi-turn (:func:`adapters.episodes.play_episodes`): one
   completion per (repeated) prompt, the G members of a group reset with the same task and seed, observation
@@ -67,7 +67,7 @@ def _check_trl_version() -> None:
 # ------------------------------------------------------------------------------------------ loss recipes
 #: The spec 6.5 recipe (``estimators.losses.RECIPES``) each estimator trains with. Estimators without a recipe of
 #: their own take the one of the method they extend: RLOO and IGPO (fixed clip: "the standard clipped policy
-#: objective" of a2tgpo.txt Sec. 3) train with GRPO's, HGPO with GiGPO's.
+#: objective" of the A²TGPO paper, Sec. 3) train with GRPO's, HGPO with GiGPO's.
 ESTIMATOR_RECIPE: dict[str, str] = {
     "grpo": "grpo", "dr_grpo": "dr_grpo", "rloo": "grpo", "dapo": "dapo", "gigpo": "gigpo", "hgpo": "gigpo",
     "bigpo": "bigpo", "bipace": "bipace", "igpo": "grpo", "a2tgpo": "a2tgpo", "gvpo": "gvpo", "pvpo": "pvpo",

@@ -190,7 +190,7 @@ class ChatForm:
             return {"type": "function", "function": {"name": RESPOND_TOOL, "arguments": {"message": body}}}
         try:
             obj = json.loads(body)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # not JSON, nested too deep, a number past the digit limit
             return None
         if isinstance(obj, dict) and isinstance(obj.get("function"), dict):  # OpenAI's nesting
             obj = obj["function"]
@@ -200,7 +200,7 @@ class ChatForm:
         if isinstance(args, str):
             try:
                 args = json.loads(args) if args.strip() else {}
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
                 return None
         if not isinstance(args, dict):
             return None

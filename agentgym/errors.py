@@ -34,6 +34,7 @@ __all__ = [
     "PolicyError",
     "EpisodeTimeoutError",
     "SystemicFailureError",
+    "UnguardedMainError",
     "ErrorRecord",
     "ERROR_KINDS",
     "AGENT_CODE",
@@ -100,6 +101,15 @@ class EnvCrashError(AgentGymError, RuntimeError):
     """The environment raised while resetting or stepping."""
 
     kind = "env_crash"
+
+
+class UnguardedMainError(AgentGymError, RuntimeError):
+    """Worker processes could not start because the script that starts them runs its rollout at import time.
+
+    Worker processes are *spawned*: each imports the parent's main script again (as ``__mp_main__``), so a script
+    whose top-level code starts a pool, without ``if __name__ == "__main__":`` around it, would start one in every
+    worker too. The workers refuse and exit, and the parent raises this instead of playing episodes on dead workers.
+    """
 
 
 class PolicyError(AgentGymError, RuntimeError):

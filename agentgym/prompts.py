@@ -1,4 +1,4 @@
-"""The model-facing prompt contract (bipace.txt, Appendix J).
+"""The model-facing prompt contract (Appendix J of the BiPACE paper, arXiv 2606.25556).
 
 Every environment renders the prompt its policy sees from one :class:`PromptTemplate`: a *first-step* form
 (task, current observation, the action formats) and a *with-history* form that adds the step count and the last

@@ -48,8 +48,9 @@ class EnvEntry:
         return [m for m in self.requires if importlib.util.find_spec(m) is None]
 
     def split_available(self, split: str) -> tuple[bool, str]:
-        """(available, reason) for ``split`` on this machine."""
-        from .data import data_available
+        """(available, reason) for ``split`` on this machine; the reason of a missing file names the ``agentgym data
+        fetch`` command that installs it."""
+        from .data import data_status
 
         missing = self.missing_requirements()
         if missing:
@@ -60,9 +61,15 @@ class EnvEntry:
         if need is None:
             return True, "ok"
         name, package = need
-        if data_available(name, package=package):
-            return True, "ok"
-        return False, f"data {name} not found (set AGENTGYM_DATA or AGENTGYM_SHARED_DATA)"
+        ok, why = data_status(name, package=package)
+        return (True, "ok") if ok else (False, why)
+
+    def fetched_data(self, split: str) -> list[str]:
+        """The datasets ``split`` needs that no extra installs: ``agentgym data fetch`` gets them (names from the
+        manifest, :mod:`agentgym.data.manifest`)."""
+        from .data.manifest import datasets_for_split
+
+        return [d.name for d in datasets_for_split(self.env_id, split) if not d.package]
 
 
 #: Env packages under ``agentgym.envs``, in catalogue order. Each package's ``__init__`` defines ``ENTRY`` (an

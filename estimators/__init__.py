@@ -1,4 +1,6 @@
-"""Advantage estimators and policy losses for RL on multi-turn LLM agents (spec: estimators_spec.md).
+"""Advantage estimators and policy losses for RL on multi-turn LLM agents.
+
+The specification is docs/estimators.md; "spec N.M" in this package cites its sections.
 
 Data model (spec section 1)
 ---------------------------

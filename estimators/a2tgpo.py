@@ -1,4 +1,4 @@
-"""IGPO (baseline) and A2TGPO (spec 4.5; a2tgpo.txt Sec. 4, choices 11-13 of spec section 9).
+"""IGPO (baseline) and A2TGPO (spec 4.5 and 9; the A²TGPO paper, Sec. 4).
 
 Turn roles: a row is *final* when ``done`` is true or ``is_final_answer`` is true; every other row is a
 *process* (tool-call) turn and must carry a finite ``info_gain``. A truncated trajectory's last row is final

@@ -1,4 +1,4 @@
-"""PACE action keys (spec 4.4, choices 7 and 8 of section 9).
+"""PACE action keys (spec 4.4 and 9).
 
 * :func:`first_n`: a 64-bit digest of the first N = 8 response token ids.
 * :func:`action_tag`: a digest of the body of the first well-formed ``<action>...</action>`` (normalized: strip,

@@ -1,4 +1,4 @@
-"""BiGPO and BiPACE (spec 4.3, 4.4; bipace.txt Sec. 3.4-3.5, Algorithm 1, App. F).
+"""BiGPO and BiPACE (spec 4.3, 4.4; the BiPACE paper, arXiv 2606.25556: Sec. 3.4-3.5, Algorithm 1, App. F).
 
 * :func:`greedy_cosine_clusters`: Algorithm 1 (single pass, canonical order, float64 dot products, ``atol``).
 * :class:`HashNgram`: the zero-dependency character n-gram embedder (n = 3, D = 2048, counts, L2-normalized).
@@ -150,7 +150,7 @@ def _greedy_blocked(x: np.ndarray, thr: float, block: int = 32) -> np.ndarray:
 
 
 def greedy_cosine_clusters(x: np.ndarray, eps: float, atol: float = 1e-6) -> np.ndarray:
-    """Algorithm 1 of bipace.txt (spec 4.3) on fingerprints ``x`` [n, D] taken in the given order.
+    """Algorithm 1 of the BiPACE paper (spec 4.3) on fingerprints ``x`` [n, D] taken in the given order.
 
     Each row is scaled to unit norm in float64 first (rows normalized in float32 are unit only to about 1e-6; a
     zero or non-finite row raises ``ValueError``).
@@ -273,7 +273,7 @@ class CalibrationResult:
 def calibrate_eps(batch: TrajectoryBatch, x: np.ndarray | None = None, *, lo: float = 0.02, hi: float = 0.40,
                   target: tuple[float, float] = (4.0, 8.0), max_probes: int = 6, atol: float = 1e-6,
                   embedder: str = "embedding") -> CalibrationResult:
-    """Bipace.txt App. F (spec 4.3): binary search of eps in [lo, hi] with at most ``max_probes`` probes for a
+    """The BiPACE paper's App. F (spec 4.3): binary search of eps in [lo, hi] with at most ``max_probes`` probes for a
     median cluster size (over clusters, all groups pooled) inside ``target``.
 
     Each probe is the midpoint of the current interval: a median below the target raises ``lo`` (coarser
@@ -301,7 +301,7 @@ def calibrate_eps(batch: TrajectoryBatch, x: np.ndarray | None = None, *, lo: fl
 
 
 class EpsCalibrator:
-    """Calibrate BiGPO's eps once, at the first training step (bipace.txt App. F, spec 4.3), then keep it.
+    """Calibrate BiGPO's eps once, at the first training step (the BiPACE paper's App. F, spec 4.3), then keep it.
 
     ``compute_advantage(name, batch, calibrate_eps=True)`` runs the search on *that* batch, every time it is
     called. The paper calibrates once and trains with the result; this holder keeps that result as explicit state,
@@ -346,7 +346,7 @@ class EpsCalibrator:
 
 def pace_advantage(returns: np.ndarray, cluster: np.ndarray, n_clusters: int, key: np.ndarray,
                    estimator: str = "q", fallback: str = "rloo") -> tuple[np.ndarray, dict[str, float]]:
-    """PACE (spec 4.4, bipace.txt Eqs. 4-7) within each cluster C, R = return-to-go, no std normalization.
+    """PACE (spec 4.4, the BiPACE paper's Eqs. 4-7) within each cluster C, R = return-to-go, no std normalization.
 
     * ``diff``: R_i - mean_{C!=(i)} R; if C!=(i) is empty: the RLOO fallback R_i - mean_{C \\ i} R
       (``fallback="none"``: 0, our choice, since the peer mean is undefined).
@@ -386,7 +386,7 @@ def pace_advantage(returns: np.ndarray, cluster: np.ndarray, n_clusters: int, ke
     else:
         raise ValueError(f"unknown PACE estimator {estimator!r} (q or diff)")
     adv = np.where(multi, adv, 0.0)
-    # row-mix diagnostics (bipace.txt App. L "step_norm_reward_cacb" hook)
+    # row-mix diagnostics (the BiPACE paper's App. L "step_norm_reward_cacb" hook)
     ck_cluster = np.zeros(n_ck, dtype=np.int64)
     ck_cluster[ck] = cluster
     keys_per_cluster = np.bincount(ck_cluster, minlength=n_clusters)

@@ -1,4 +1,4 @@
-"""GVPO (spec 4.6; gvpo.txt, choices 14-16 of spec section 9): the Dr.GRPO outcome advantage, reshaped on turns
+"""GVPO (spec 4.6 and 9; the GVPO paper, ICLR 2026): the Dr.GRPO outcome advantage, reshaped on turns
 whose execution failed (``process_ok == 0``)."""
 
 from __future__ import annotations

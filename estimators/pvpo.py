@@ -1,4 +1,4 @@
-"""PVPO (spec 4.7; pvpo.txt, choices 17-18 of spec section 9).
+"""PVPO (spec 4.7 and 9; the PVPO paper, arXiv 2506.02153).
 
 * :class:`StaticValueTable`: task_id -> V_hat (mean reward of M reference rollouts), with its build step.
 * :func:`prerollout_filter`: the offline difficulty filter (acc = 1 dropped; acc = 0 kept only with a stored GT).

@@ -1,4 +1,4 @@
-"""SGCD (spec 4.8; sgcd.txt, choices 19-21 of spec section 9): the GRPO advantage weighted per token by a
+"""SGCD (spec 4.8 and 9; the SGCD paper, arXiv 2606.12634): the GRPO advantage weighted per token by a
 detached teacher/student divergence on a local support, with entropy-bounded segments.
 
 * :func:`support_divergence`: d_t and the teacher entropy H_t over teacher top-K + {y_t} + one tail atom.

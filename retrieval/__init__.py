@@ -1,7 +1,8 @@
 """retrieval: corpora, dense (FAISS + sentence-transformers) and BM25 indexes, a batched HTTP server and client.
 
 Usable without agentgym. Importing this package is light: numpy, faiss, torch, sentence-transformers and bm25s
-are imported only when an index or encoder is built or loaded. Main entry points::
+are imported only when an index or encoder is built or loaded. BM25 indexes and the server need only the
+``retrieval`` extra (no torch); dense indexes and encoders need ``retrieval-dense``. Main entry points::
 
     from retrieval import load_corpus, build_index, load_index, RetrievalClient, serve
     index = build_index(load_corpus("corpus.jsonl"), kind="flat")     # or "ivf", "hnsw", "bm25"

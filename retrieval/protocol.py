@@ -20,21 +20,23 @@ empty). Such a query never fails another query or another request.
 Errors of the whole request are :class:`ProtocolError` with an HTTP status: 400 when the body is not JSON we accept
 (not UTF-8, not JSON, nested deeper than ``max_json_depth``, a number longer than :data:`MAX_NUMBER_CHARS`
 characters, ``NaN``/``Infinity``), 422 when it is JSON but not a request (wrong types, ``topk`` out of range, more
-than ``max_queries`` queries).
+than ``max_queries`` queries, more than ``max_results`` results asked for: queries x topk), 413 when it holds more
+JSON tokens than a request of ``max_queries`` queries needs (checked before parsing).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .errors import BadRequestError
 from .types import Hit
 
-__all__ = ["ProtocolError", "SearchRequest", "ProtocolLimits", "decode_json_body", "json_depth",
-           "parse_search_request", "query_problem", "hits_to_json", "MAX_NUMBER_CHARS"]
+__all__ = ["ProtocolError", "SearchRequest", "ProtocolLimits", "decode_json_body", "json_depth", "json_shape",
+           "JsonShape", "parse_search_request", "query_problem", "hits_to_json", "MAX_NUMBER_CHARS"]
 
 #: Longest number literal accepted (characters): int64 has 19 digits; a 5,000-digit ``topk`` is refused before
 #: Python converts it.
@@ -47,6 +49,7 @@ class ProtocolLimits(Protocol):
     default_topk: int
     max_topk: int
     max_queries: int
+    max_results: int
     max_query_chars: int
     max_json_depth: int
 
@@ -74,29 +77,89 @@ class SearchRequest:
         return [i for i in range(len(self.queries)) if i not in self.errors]
 
 
-def json_depth(raw: bytes) -> int:
-    """Deepest nesting of ``[``/``{`` outside strings in a JSON text, in linear time and without recursion (numpy
-    array operations; a backslash escapes the next byte). Meant for valid JSON; on invalid JSON it returns some
-    number, and the parser rejects the text anyway."""
-    import numpy as np
+# The scanner of a body's nesting and size: a small state machine over the bytes, in place (no copy, no array per
+# byte). Outside strings it jumps from one structural byte to the next and takes a whole run of opening brackets,
+# closing brackets or commas in one step; a string is skipped with memchr-speed finds (its closing quote, and any
+# backslash before it), and only where escapes are is a regex walked through them (escape by escape, in C), so
+# brackets and quotes inside strings never count. Each step is one *token* (a string or a run), and the loop stops
+# as soon as a limit is passed: its Python-level cost is bounded by the limits, not by the body's size. Every regex
+# and find looks at most _SLICE bytes per call, so no single call holds the GIL for long (the server scans big
+# bodies in a worker thread while its event loop keeps answering).
+_SLICE = 1 << 18  # at least 2: an escape (two bytes) always fits in one
+_STRUCTURAL = re.compile(rb'["\[\]{},]')
+_THROUGH_ESCAPES = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+', re.DOTALL)  # stops at a quote that ends the string
+_RUNS = {91: re.compile(rb'[\[{]++'), 123: re.compile(rb'[\[{]++'), 93: re.compile(rb'[\]}]++'),
+         125: re.compile(rb'[\]}]++'), 44: re.compile(rb',++')}
 
-    a = np.frombuffer(raw, dtype=np.uint8)
-    n = a.size
-    if n == 0:
-        return 0
-    idx = np.arange(n, dtype=np.int64)
-    backslash = a == 92
-    # length of the run of backslashes ending just before each byte: an odd run escapes the byte
-    last_other = np.maximum.accumulate(np.where(backslash, -1, idx))
-    run_before = np.empty(n, dtype=np.int64)
-    run_before[0] = 0
-    run_before[1:] = idx[:-1] - last_other[:-1]
-    quote = (a == 34) & (run_before % 2 == 0)
-    inside = (np.cumsum(quote) - quote) % 2 == 1  # after an odd number of opening/closing quotes
-    opens = ((a == 91) | (a == 123)) & ~inside
-    closes = ((a == 93) | (a == 125)) & ~inside
-    steps = opens.astype(np.int32) - closes.astype(np.int32)
-    return int(np.cumsum(steps).max(initial=0))
+
+def _string_end(raw: bytes | bytearray, pos: int, n: int) -> int:
+    """The index just past the closing quote of the string whose contents start at ``pos`` (``n`` if it is not
+    closed)."""
+    while pos < n:
+        end = min(n, pos + _SLICE)
+        quote = raw.find(b'"', pos, end)
+        backslash = raw.find(b"\\", pos, end if quote < 0 else quote)
+        if backslash < 0:
+            if quote >= 0:
+                return quote + 1
+            pos = end
+            continue
+        stop = _THROUGH_ESCAPES.match(raw, backslash, end).end()
+        if stop < end and raw[stop] == 34:  # an unescaped quote: the end of the string
+            return stop + 1
+        if stop == backslash and backslash == n - 1:  # a backslash as the last byte: nothing left to escape
+            return n
+        pos = stop  # the slice ended, or cut an escape in two: the next one starts there (and holds the escape)
+    return n
+
+
+@dataclass(frozen=True)
+class JsonShape:
+    """What :func:`json_shape` found: ``depth`` (the deepest nesting of ``[``/``{``), ``tokens`` (strings, and runs
+    of opening brackets, closing brackets or commas, outside strings: a list of n strings has about 2n) and
+    ``complete`` (False when the scan stopped at a limit: both are then lower bounds)."""
+
+    depth: int
+    tokens: int
+    complete: bool
+
+
+def json_shape(raw: bytes | bytearray, max_depth: int | None = None,
+               max_tokens: int | None = None) -> JsonShape:
+    """The nesting and token count of a JSON text, scanned in place in O(1) memory (see the comment above). Stops
+    at the end of the first run of brackets that takes the depth past ``max_depth`` (so the depth of a plain run
+    such as ``[[[[`` is exact), or at the first token past ``max_tokens``. Meant for valid JSON; on invalid JSON it
+    returns some shape, and the parser rejects the text anyway."""
+    depth = deepest = tokens = 0
+    pos, n = 0, len(raw)
+    search = _STRUCTURAL.search
+    while pos < n:
+        m = search(raw, pos, min(n, pos + _SLICE))
+        if m is None:
+            pos = min(n, pos + _SLICE)
+            continue
+        pos = m.start()
+        c = raw[pos]
+        tokens += 1
+        if c == 34:  # a string: skip it whole, closing quote included
+            pos = _string_end(raw, pos + 1, n)
+        else:
+            end = _RUNS[c].match(raw, pos, min(n, pos + _SLICE)).end()  # a longer run is taken in slices
+            if c == 91 or c == 123:  # [ {
+                depth += end - pos
+                deepest = max(deepest, depth)
+            elif c != 44:  # ] }
+                depth -= end - pos
+            pos = end
+        if (max_depth is not None and deepest > max_depth) or (max_tokens is not None and tokens > max_tokens):
+            return JsonShape(deepest, tokens, False)
+    return JsonShape(deepest, tokens, True)
+
+
+def json_depth(raw: bytes | bytearray) -> int:
+    """Deepest nesting of ``[``/``{`` outside strings in a JSON text (a backslash escapes the next byte), in linear
+    time, O(1) memory and without recursion (:func:`json_shape` without limits)."""
+    return json_shape(raw).depth
 
 
 class _Numbers:
@@ -126,21 +189,29 @@ def _parse_constant(s: str):
     raise ProtocolError(f"{s} is not JSON", 400)
 
 
-def decode_json_body(raw: bytes, max_depth: int, *, max_number_chars: int = MAX_NUMBER_CHARS,
-                     what: str = "the body", finite: bool = False) -> Any:
+def decode_json_body(raw: bytes | bytearray, max_depth: int, *, max_number_chars: int = MAX_NUMBER_CHARS,
+                     what: str = "the body", finite: bool = False, max_tokens: int | None = None,
+                     tokens_hint: str = "") -> Any:
     """The JSON value of ``raw`` (a request body, or a WebSocket frame: ``what`` names it in messages), or
-    :class:`ProtocolError` (400) saying why not: not UTF-8, not JSON, nested deeper than ``max_depth``, a number
-    longer than ``max_number_chars``, ``NaN``/``Infinity`` (and with ``finite`` a literal such as ``1e999`` that
-    overflows to infinity; without it, the caller's range checks see ``inf``). Never recurses on the input's
-    nesting."""
+    :class:`ProtocolError` saying why not: 400 when it is not UTF-8, not JSON, nested deeper than ``max_depth``, has
+    a number longer than ``max_number_chars`` or ``NaN``/``Infinity`` (and with ``finite`` a literal such as
+    ``1e999`` that overflows to infinity; without it, the caller's range checks see ``inf``); 413 when it holds more
+    than ``max_tokens`` JSON tokens (see :class:`JsonShape`; ``tokens_hint`` is added to that message). The shape is
+    checked before anything is decoded or parsed, in O(1) memory (:func:`json_shape`), so a body the limits refuse
+    costs no copy and no Python objects; never recurses on the input's nesting."""
+    if max_tokens is not None or raw.count(b"[") + raw.count(b"{") > max_depth:  # else it cannot nest too deep
+        shape = json_shape(raw, max_depth, max_tokens)
+        if shape.depth > max_depth:
+            more = "" if shape.complete else " or more"
+            raise ProtocolError(f"{what} is nested {shape.depth} levels deep{more}; at most {max_depth} are "
+                                "accepted", 400)
+        if max_tokens is not None and shape.tokens > max_tokens:
+            raise ProtocolError(f"{what} holds more than {max_tokens} JSON tokens (strings, runs of brackets or "
+                                f"commas){tokens_hint}", 413)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ProtocolError(f"{what} is not valid UTF-8: {e}", 400) from None
-    # a text with at most max_depth brackets cannot nest deeper (a real request has two): skip the scan
-    depth = json_depth(raw) if raw.count(b"[") + raw.count(b"{") > max_depth else 0
-    if depth > max_depth:
-        raise ProtocolError(f"{what} is nested {depth} levels deep; at most {max_depth} are accepted", 400)
     numbers = _Numbers(max_number_chars, what, finite)
     try:
         return json.loads(text, parse_int=numbers.parse_int, parse_float=numbers.parse_float,
@@ -194,6 +265,10 @@ def parse_search_request(body: Any, limits: ProtocolLimits) -> SearchRequest:
         raise ProtocolError("'topk' must be an integer")
     if not 1 <= topk <= limits.max_topk:
         raise ProtocolError(f"'topk' must be in [1, {limits.max_topk}], got {topk}")
+    if len(queries) * topk > limits.max_results:
+        raise ProtocolError(f"the request asks for {len(queries) * topk} results ({len(queries)} queries x topk "
+                            f"{topk}); at most {limits.max_results} are answered per request (--max-results): send "
+                            "fewer queries per request or a smaller topk")
     return_scores = body.get("return_scores")
     if return_scores is None:
         return_scores = False

@@ -1,4 +1,4 @@
-"""verl adapter (pinned: ``verl==0.9.1``; see ../shared/docs/trainer_integration.md section 3).
+"""verl adapter (pinned: ``verl==0.9.1``; see docs/trainers.md section 3).
 
 * :mod:`adapters.verl.bridge`: every agentgym estimator as a verl advantage estimator (``agentgym_<name>``), the
   builder of an :class:`estimators.TrajectoryBatch` from a verl batch, and the metadata bridge: verl 0.9.1 passes

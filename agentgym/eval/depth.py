@@ -25,10 +25,11 @@ def _same(x: Any) -> Any:
     return x
 
 
-def cap_depth(value: Any, max_depth: int = MAX_DEPTH, leaf: Callable[[Any], Any] = _same) -> Any:
-    """A copy of ``value`` in which dicts, lists and tuples (tuples become lists, dict keys strings) nested deeper
-    than ``max_depth`` are replaced by :data:`DEPTH_MARKER`, and every other value by ``leaf(value)``. Iterative: any
-    depth of input is fine."""
+def cap_depth(value: Any, max_depth: int = MAX_DEPTH, leaf: Callable[[Any], Any] = _same,
+              key_of: Callable[[Any], str] = str) -> Any:
+    """A copy of ``value`` in which dicts, lists and tuples (tuples become lists, dict keys ``key_of(k)``, strings by
+    default) nested deeper than ``max_depth`` are replaced by :data:`DEPTH_MARKER`, and every other value by
+    ``leaf(value)``. Iterative: any depth of input is fine."""
     marker = DEPTH_MARKER if max_depth == MAX_DEPTH else f"[nested deeper than {max_depth} levels: cut]"
     holder: list[Any] = [None]
     stack: list[tuple[Any, Any, Any, int]] = [(value, holder, 0, 0)]
@@ -41,7 +42,7 @@ def cap_depth(value: Any, max_depth: int = MAX_DEPTH, leaf: Callable[[Any], Any]
             new: Any = {}
             parent[key] = new
             for k, v in src.items():
-                k = str(k)
+                k = key_of(k)
                 new[k] = None  # the key's place, in order; filled when its value is popped
                 stack.append((v, new, k, depth + 1))
         elif isinstance(src, (list, tuple)):

@@ -22,6 +22,15 @@ default) and writes one JSON line per episode, or per turn with ``per_turn``, in
 Every row also carries ``env_id``, ``split``, ``task_id``, ``seed``, ``trial``, ``policy``, ``family``, ``won``,
 ``score`` and ``total_reward`` (turn rows: ``turn``, ``reward``, ``action_valid``). Episodes that failed (typed
 error) are never exported; ``success`` ("won"/"lost") and ``min_score``/``max_score`` filter the rest.
+
+Hostile or damaged inputs: the files are read by the shared safe reader (:func:`~agentgym.eval.transcripts.
+iter_episodes`, one transcript in memory at a time): a malformed results row or transcript line is skipped with a
+warning naming the file and line, and a transcript that cannot be read (malformed, or inflating past
+``max_transcript_bytes``) leaves its episode out, counted as ``unreadable``; exported text is never cut. The rows go to
+a temporary file beside ``out``, moved into place when every row is written (not when there is none) and removed on
+any failure; past
+``max_output_bytes`` of rows (per-turn transcript rows grow with the square of an episode's length) the export stops
+with an :class:`ExportTooLarge` error and writes nothing.
 """
 
 from __future__ import annotations
@@ -30,14 +39,24 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..chat import ChatForm, chat_form
-from .transcripts import EpisodeRecord, load_episodes
+from ..errors import AgentGymError
+from .transcripts import DEFAULT_MAX_TRANSCRIPT_BYTES, EpisodeRecord, ReadLimits, iter_episodes
 
-__all__ = ["ExportConfig", "ExportStats", "export_sft", "episode_row", "turn_rows", "episode_messages", "main"]
+__all__ = ["ExportConfig", "ExportStats", "export_sft", "episode_row", "turn_rows", "episode_messages", "main",
+           "ExportTooLarge", "DEFAULT_MAX_OUTPUT_BYTES"]
+
+#: The default of ``--max-output-bytes``.
+DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 ** 3
+
+
+class ExportTooLarge(AgentGymError):
+    """The export would write more than ``max_output_bytes``: nothing is written."""
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +78,12 @@ class ExportConfig:
     system: str | None = None
     text: bool = False
     context_form: Any = None
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    max_transcript_bytes: int = DEFAULT_MAX_TRANSCRIPT_BYTES
 
     def __post_init__(self) -> None:
+        if self.max_output_bytes < 1 or self.max_transcript_bytes < 1024:
+            raise ValueError("max_output_bytes must be >= 1 and max_transcript_bytes >= 1024")
         if (self.text or self.context_form is not None) and not self.per_turn:
             raise ValueError("text and context_form apply to per-turn rows (per_turn=True)")
         if self.context_form is not None:
@@ -92,13 +115,17 @@ class ExportStats:
     errored: int = 0
     filtered: int = 0
     no_transcript: int = 0
+    unreadable: int = 0  # a transcript named by its row that could not be read (see the warnings)
+    bytes: int = 0
     by_env: dict = field(default_factory=dict)
 
     def describe(self) -> str:
         skipped = [f"{n} {what}" for n, what in ((self.errored, "errored"), (self.filtered, "filtered out"),
-                                                 (self.no_transcript, "without a transcript")) if n]
-        return (f"{self.rows} rows from {self.episodes - self.errored - self.filtered - self.no_transcript} of "
-                f"{self.episodes} episodes" + (f" (skipped: {', '.join(skipped)})" if skipped else ""))
+                                                 (self.no_transcript, "without a transcript"),
+                                                 (self.unreadable, "with an unreadable transcript")) if n]
+        kept = self.episodes - self.errored - self.filtered - self.no_transcript - self.unreadable
+        return (f"{self.rows} rows from {kept} of {self.episodes} episodes"
+                + (f" (skipped: {', '.join(skipped)})" if skipped else ""))
 
 
 def _meta(row: dict) -> dict:
@@ -126,7 +153,7 @@ def episode_messages(rec: EpisodeRecord, form: ChatForm | None = None, system: s
             if not last:
                 msgs.append({"role": "user", "content": t["observation"]})
             continue
-        msg = form.assistant_message(t["response"], t["info"])
+        msg = form.assistant_message(t["response"], t.get("info") or {})
         msgs.append(msg)
         if last:
             continue
@@ -149,6 +176,11 @@ def turn_rows(rec: EpisodeRecord, system: str | None = None, *, text: bool = Fal
               context_form: Any = None) -> list[dict]:
     """One row per turn: the prompt exactly as the policy saw it (or, with ``context_form="transcript"``, the
     transcript up to that turn) and the raw response as the completion; plain strings with ``text``."""
+    return list(iter_turn_rows(rec, system, text=text, context_form=context_form))
+
+
+def iter_turn_rows(rec: EpisodeRecord, system: str | None = None, *, text: bool = False, context_form: Any = None):
+    """:func:`turn_rows` one row at a time (a long episode's transcript-form rows hold its whole history each)."""
     from ..context import ContextForm
 
     sys_text = system if system is not None else rec.system_prompt
@@ -159,7 +191,6 @@ def turn_rows(rec: EpisodeRecord, system: str | None = None, *, text: bool = Fal
     first = None
     if form is not None and turns:
         first = turns[0]["prompt"] if form.first == "prompt" else rec.transcript["first_observation"]
-    rows = []
     for k, t in enumerate(turns):
         prompt = t["prompt"] if form is None else \
             form.render(first, [(u["response"], u["observation"]) for u in turns[:k]])
@@ -168,49 +199,68 @@ def turn_rows(rec: EpisodeRecord, system: str | None = None, *, text: bool = Fal
         else:
             pair = {"prompt": head + [{"role": "user", "content": prompt}],
                     "completion": [{"role": "assistant", "content": t["response"]}]}
-        rows.append({**pair, **meta, "turn": int(t["turn"]), "reward": float(t["reward"]),
-                     "action_valid": bool((t.get("info") or {}).get("action_valid", True))})
-    return rows
+        yield {**pair, **meta, "turn": int(t["turn"]), "reward": float(t["reward"]),
+               "action_valid": bool((t.get("info") or {}).get("action_valid", True))}
 
 
 def export_sft(results: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike,
                config: ExportConfig | None = None) -> ExportStats:
     """Write the SFT rows of every kept episode of ``results`` (one or more results files) to ``out`` (JSONL,
-    overwritten); return what was exported and skipped."""
+    overwritten, only once every row is written, and not at all when no row is: see the module doc); return what
+    was exported and skipped.
+    Raises :class:`ExportTooLarge` past ``config.max_output_bytes``."""
     cfg = config or ExportConfig()
     paths = [results] if isinstance(results, (str, os.PathLike)) else list(results)
     stats = ExportStats()
     forms: dict[str, ChatForm | None] = {}
+    limits = ReadLimits(max_transcript_bytes=cfg.max_transcript_bytes)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for path in paths:
-            for rec in load_episodes(path):
-                stats.episodes += 1
-                if rec.row.get("error") is not None:
-                    stats.errored += 1
-                    continue
-                if not cfg.keeps(rec.row):
-                    stats.filtered += 1
-                    continue
-                if not rec.transcript or not rec.transcript.get("turns"):
-                    stats.no_transcript += 1
-                    continue
-                env_id = rec.row["env_id"]
-                if cfg.per_turn:
-                    rows = turn_rows(rec, cfg.system, text=cfg.text, context_form=cfg.context_form)
-                else:
-                    if env_id not in forms:
-                        form = chat_form(env_id)
-                        use_tools = cfg.form == "tools" or (cfg.form == "auto" and form.native)
-                        forms[env_id] = form if use_tools else None
-                    rows = [episode_row(rec, forms[env_id], cfg.system)]
-                for r in rows:
-                    fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-                stats.rows += len(rows)
-                stats.by_env[env_id] = stats.by_env.get(env_id, 0) + len(rows)
-    os.replace(tmp, out)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            for path in paths:
+                for rec in iter_episodes(path, limits=limits):
+                    stats.episodes += 1
+                    if rec.row.get("error") is not None:
+                        stats.errored += 1
+                        continue
+                    if not cfg.keeps(rec.row):
+                        stats.filtered += 1
+                        continue
+                    if rec.transcript is None and rec.transcript_note is not None:
+                        stats.unreadable += 1
+                        continue
+                    if not rec.transcript or not rec.transcript.get("turns"):
+                        stats.no_transcript += 1
+                        continue
+                    env_id = rec.row["env_id"]
+                    if cfg.per_turn:
+                        rows: Any = iter_turn_rows(rec, cfg.system, text=cfg.text, context_form=cfg.context_form)
+                    else:
+                        if env_id not in forms:
+                            form = chat_form(env_id)
+                            use_tools = cfg.form == "tools" or (cfg.form == "auto" and form.native)
+                            forms[env_id] = form if use_tools else None
+                        rows = [episode_row(rec, forms[env_id], cfg.system)]
+                    for r in rows:
+                        line = (json.dumps(r, ensure_ascii=False) + "\n").encode("utf-8")
+                        stats.bytes += len(line)
+                        if stats.bytes > cfg.max_output_bytes:
+                            raise ExportTooLarge(
+                                f"the export passes {cfg.max_output_bytes} bytes (--max-output-bytes) at "
+                                f"{rec.row['env_id']} task {str(rec.row['task_id'])[:80]!r}; nothing written")
+                        fh.write(line)
+                        stats.rows += 1
+                        stats.by_env[env_id] = stats.by_env.get(env_id, 0) + 1
+        if stats.rows:  # an export of nothing writes nothing (the command says so and exits 1)
+            os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    if stats.unreadable:
+        logger.warning("%d episode(s) left out: their transcripts could not be read (see the warnings above)",
+                       stats.unreadable)
     if stats.no_transcript:
         logger.warning("%d episode(s) have no transcript (an eval run with --no-transcripts?)", stats.no_transcript)
     return stats
@@ -228,15 +278,20 @@ def main(args) -> int:
     try:
         cfg = ExportConfig(per_turn=args.per_turn, form=args.form, success=args.success, min_score=args.min_score,
                            max_score=args.max_score, system=args.system, text=getattr(args, "text", False),
-                           context_form=_cli_context_form(args))
+                           context_form=_cli_context_form(args),
+                           max_output_bytes=getattr(args, "max_output_bytes", DEFAULT_MAX_OUTPUT_BYTES),
+                           max_transcript_bytes=getattr(args, "max_transcript_bytes", DEFAULT_MAX_TRANSCRIPT_BYTES))
         stats = export_sft(args.results, args.out, cfg)
-    except (FileNotFoundError, ValueError) as e:
+    except ExportTooLarge as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError, AgentGymError) as e:  # a missing or unreadable file, an unwritable output
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"{args.out}: {stats.describe()}")
     if stats.rows == 0:
-        print("error: nothing to export" + (" (the results keep no transcripts: rerun 'agentgym eval' without "
-                                             "--no-transcripts)" if stats.no_transcript else ""),
-              file=sys.stderr)
+        print("error: nothing to export, nothing written" + (
+            " (the results keep no transcripts: rerun 'agentgym eval' without --no-transcripts)"
+            if stats.no_transcript else ""), file=sys.stderr)
         return 1
     return 0

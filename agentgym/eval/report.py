@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import AgentGymError, MissingDependencyError
-from .results import env_identity_fields
+from .jsonl import SkipLog, read_jsonl
+from .results import env_identity_fields, row_problem
 from .summary import _mean_se, format_identity, ordered, pass_k_curve
 
 __all__ = ["Run", "load_run", "breakdown", "turns_to_success", "learning_curves", "report_markdown",
@@ -56,14 +57,11 @@ def load_run(spec: str) -> Run:
     p = Path(path)
     if not p.exists():
         raise AgentGymError(f"no such results file: {path}")
-    rows = []
-    with open(p, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    logger.warning("%s:%d: ignoring an unreadable line", p, n)
+    if p.is_dir():
+        raise AgentGymError(f"{path} is a directory, not a results file")
+    # the shared safe reader: an unusable line is skipped with a warning naming it (agentgym.eval.jsonl)
+    lines = list(read_jsonl(p))
+    rows = [line.value for line in lines]
     if not rows:
         raise AgentGymError(f"{path} holds no rows")
     if all("task_id" in r and "won" in r for r in rows):
@@ -74,6 +72,16 @@ def load_run(spec: str) -> Run:
         raise AgentGymError(f"{path}: neither an 'agentgym eval' results file (rows with task_id, won) nor a train "
                             "log (rows with step)")
     if kind == "results":
+        skipped, rows = SkipLog(), []
+        for line in lines:  # the results rows' own rule (agentgym.eval.results.row_problem), as every reader's
+            why = row_problem(line.value)
+            if why is None:
+                rows.append(line.value)
+            else:
+                skipped.skip(p, line.number, why, "results row")
+        skipped.close(p)
+        if not rows:
+            raise AgentGymError(f"{path} holds no usable results rows (see the warnings)")
         # Keep the latest row of each episode, as a resumed run leaves an errored row and its replay.
         latest: dict[tuple, dict] = {}
         for r in rows:

@@ -1,8 +1,10 @@
 """Results files: one JSON object per line, appended and flushed (and fsync'ed) as each episode finishes.
 
 A row's *key* is ``(env_id, split, task_id, seed, trial)``. On resume, rows of episodes that finished without an
-error are kept and skipped; errored episodes are played again and the newer row wins. A torn last line (the run
-was killed mid-write) is ignored with a warning.
+error are kept and skipped; errored episodes are played again and the newer row wins. A line that cannot be used
+(a torn last line from a killed run, or anything else :func:`row_problem` and :mod:`agentgym.eval.jsonl` refuse:
+invalid UTF-8, a non-object, a key field missing or of the wrong type...) is skipped with a warning naming the file
+and the line; on resume its episode is played again.
 
 Every row also records the *run identity* that made it (:data:`IDENTITY_FIELDS`: the policy, its result-affecting
 options, ``max_turns`` and the env kwargs; plus the env's own identity fields, top-level, from
@@ -22,17 +24,18 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..errors import AgentGymError
 from ..rollout.progress import token_count
 from .depth import cap_depth
+from .jsonl import DEFAULT_MAX_LINE_BYTES, JsonlLine, SkipLog, read_jsonl
 
 if TYPE_CHECKING:  # the row is read off a trajectory; rollout never needs eval at import
     from ..rollout.records import Trajectory
 
 __all__ = ["ResultsFile", "ResultsMismatchError", "episode_key", "IDENTITY_FIELDS", "run_identity",
-           "env_identity_fields", "episode_fields", "results_row"]
+           "env_identity_fields", "episode_fields", "results_row", "row_problem"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +51,72 @@ class ResultsMismatchError(AgentGymError):
 
 def episode_key(row: dict) -> tuple:
     return (row["env_id"], row["split"], str(row["task_id"]), int(row["seed"]), int(row["trial"]))
+
+
+#: Seeds and trials are integers below this in magnitude (numpy takes seeds below 2**64).
+_MAX_KEY_INT = 2 ** 64
+#: Counts and numbers of a row (turns, score, tokens) are below this in magnitude (a float can hold them).
+_MAX_NUMBER = 2 ** 63
+
+
+def _kind(v: Any) -> str:
+    return "null" if v is None else type(v).__name__
+
+
+def _is_int(v: Any, bound: int = _MAX_NUMBER) -> bool:
+    return type(v) is int and -bound < v < bound
+
+
+def _is_number(v: Any) -> bool:
+    return type(v) is float or _is_int(v)
+
+
+def row_problem(row: dict) -> str | None:
+    """Why a results row cannot be used, or None: what every reader of a row relies on (the episode key, the
+    summaries' columns, the identity fields), by type. A row ``agentgym eval`` wrote always passes."""
+    for k in ("env_id", "split"):
+        if type(row.get(k)) is not str:
+            return f"{k} is {_kind(row.get(k))}, not a string"
+    task = row.get("task_id")
+    if type(task) is not str and not _is_int(task, _MAX_KEY_INT):
+        return f"task_id is {_kind(task)}, not a string or an integer"
+    for k in ("seed", "trial"):
+        if not _is_int(row.get(k), _MAX_KEY_INT):
+            return f"{k} is {_kind(row.get(k))}, not an integer below 2**64"
+    error = row.get("error")
+    if error is not None and not isinstance(error, dict):
+        return f"error is {_kind(error)}, not an object or null"
+    if error is None:  # a scored episode: the summaries read these
+        if type(row.get("won")) is not bool:
+            return f"won is {_kind(row.get('won'))}, not a boolean"
+        if not _is_number(row.get("score")):
+            return f"score is {_kind(row.get('score'))}, not a number"
+        if not _is_int(row.get("turns")):
+            return f"turns is {_kind(row.get('turns'))}, not an integer"
+    for k in ("score", "total_reward"):
+        if row.get(k) is not None and not _is_number(row[k]):
+            return f"{k} is {_kind(row[k])}, not a number or null"
+    for k in ("turns", "prompt_tokens", "completion_tokens"):
+        if row.get(k) is not None and not _is_int(row[k]):
+            return f"{k} is {_kind(row[k])}, not an integer or null"
+    if row.get("won") is not None and type(row["won"]) is not bool:
+        return f"won is {_kind(row['won'])}, not a boolean or null"
+    ids = row.get("identity_fields")
+    if ids is not None and not (isinstance(ids, list) and all(type(k) is str for k in ids)):
+        return f"identity_fields is {_kind(ids)}, not a list of strings"
+    for k in ("policy_args", "env_kwargs"):
+        if row.get(k) is not None and not isinstance(row[k], dict):
+            return f"{k} is {_kind(row[k])}, not an object or null"
+    if row.get("transcript_id") is not None and type(row["transcript_id"]) is not str:
+        return f"transcript_id is {_kind(row['transcript_id'])}, not a string or null"
+    metrics = row.get("metrics")
+    if metrics is not None:
+        if not isinstance(metrics, dict):
+            return f"metrics is {_kind(metrics)}, not an object or null"
+        for name, v in metrics.items():
+            if v is not None and type(v) is not bool and not _is_number(v):
+                return f"metrics[{name[:40]!r}] is {_kind(v)}, not a number or null"
+    return None
 
 
 def run_identity(policy: str, policy_args: dict | None, max_turns: int | None, env_kwargs: dict | None,
@@ -127,23 +196,21 @@ def results_row(traj: "Trajectory", env_id: str, split: str, identity: dict[str,
 class ResultsFile:
     """Append-only JSONL results with resume."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES):
         self.path = Path(path)
+        self.max_line_bytes = max_line_bytes
 
-    def read(self) -> list[dict]:
+    def read(self, skipped: SkipLog | None = None) -> list[dict]:
+        """The usable rows, in file order; every other line is skipped with a warning naming it
+        (:mod:`agentgym.eval.jsonl`, :func:`row_problem`)."""
+        return [line.value for line in self.lines(skipped)]
+
+    def lines(self, skipped: SkipLog | None = None) -> Iterator[JsonlLine]:
+        """The usable rows with their line numbers and byte offsets (:func:`~agentgym.eval.jsonl.read_jsonl`)."""
         if not self.path.exists():
-            return []
-        rows = []
-        with open(self.path, encoding="utf-8") as fh:
-            lines = fh.readlines()
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except (json.JSONDecodeError, RecursionError):  # RecursionError: a line nested too deep, not ours
-                logger.warning("%s:%d: ignoring an unreadable (torn) line", self.path, n)
-        return rows
+            return iter(())
+        return read_jsonl(self.path, check=row_problem, max_line_bytes=self.max_line_bytes, skipped=skipped,
+                          what="results row")
 
     def latest(self, rows: list[dict] | None = None) -> dict[tuple, dict]:
         """The last row of each episode key (of ``rows`` when the caller has already read the file)."""

@@ -15,9 +15,11 @@
 * **tasks** (``--tasks ID,ID`` or ``--tasks-file FILE``): exactly these ids, in this order (each checked with the
   env's ``get_task``: an unknown id is a :class:`~agentgym.errors.TaskError`).
 
-A generated split (unbounded, or task ids ``gen-...``: TextCraft's ``gen-depth*``, ALFWorld's ``generated``) is a
-sequence of independent seeded draws, so its first N tasks already are a uniform sample: ``--episodes N`` plays them
-(the selection record says rule ``first``).
+A generated split (unbounded, or task ids ``gen-...``: TextCraft's ``gen-depth*``, ALFWorld's ``generated``) is
+already in a seeded random order (ALFWorld: independent seeded draws; TextCraft: its goal items in the order of first
+appearance among seeded uniform draws, a uniform random order), so its first N tasks are a uniform sample:
+``--episodes N`` plays them (the selection record says rule ``first``). N past the end of a split with an end is
+refused, as for any split.
 
 :func:`select_tasks` returns the ids and the selection record that goes into the run identity (absent for the whole
 split, so results files written before the selection was recorded still resume): resuming a results file with
@@ -115,7 +117,9 @@ def select_tasks(env, *, episodes: int | None = None, first: int | None = None,
         raise TaskError(f"--episodes must be >= 1, got {episodes}")
     gen = _generated(env, episodes)
     if gen is not None:
-        return gen, {"rule": "first"}  # a generated split's first N are i.i.d. draws
+        if len(gen) < episodes:  # a generated split with an end (TextCraft's: one task per goal item)
+            _too_many(episodes, len(gen))
+        return gen, {"rule": "first"}  # a generated split's first N are a uniform sample
     ids = list(env.task_ids(None))
     if episodes >= len(ids):
         return ids, None if episodes == len(ids) else _too_many(episodes, len(ids))

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing as mp
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..context import policy_context
-from ..errors import ErrorRecord, error_record
+from ..errors import ErrorRecord, UnguardedMainError, error_record
 
 __all__ = ["SlotResult", "EnvFactory", "LocalPool", "ProcessPool", "RayPool", "make_pool", "BACKENDS", "env_is_slow"]
 
@@ -184,9 +185,16 @@ class LocalPool:
         self._slots.close()
 
 
+#: a worker's first message: it has started (imported the parent's main script and unpickled its arguments)
+_READY = "ready"
+#: exit code of a worker that found the parent's main script starting a pool at import time (UnguardedMainError)
+_UNGUARDED_MAIN_EXIT = 97
+
+
 def _worker(conn, factory, n: int) -> None:
     # Env and policy exceptions come back as typed records (see _Slots). Ctrl-C reaches the whole process group: the
     # driver raises KeyboardInterrupt itself, so the worker just stops; the driver reads a closed pipe as a dead worker.
+    conn.send(_READY)
     slots = _Slots(factory, n)
     try:
         while True:
@@ -207,6 +215,13 @@ class ProcessPool:
     """Slots spread round-robin over worker processes (slot i lives in worker i % workers)."""
 
     def __init__(self, factory: Callable, n: int, workers: int):
+        if getattr(mp.current_process(), "_inheriting", False):
+            # This process is a spawned worker still importing its parent's main script, and that script starts a
+            # pool at import time (no `if __name__ == "__main__":`). multiprocessing's own check would raise a
+            # RuntimeError here, in every worker, while the parent recorded each episode as a crash; exit with a
+            # code the parent knows instead, so that it raises one UnguardedMainError (multiprocessing tests the
+            # same private flag).
+            raise SystemExit(_UNGUARDED_MAIN_EXIT)
         ctx = mp.get_context("spawn")
         self.size = n
         self.factory = factory
@@ -221,6 +236,26 @@ class ProcessPool:
             child.close()
             self._conns.append(parent)
             self._procs.append(p)
+        self._wait_started()
+
+    def _wait_started(self) -> None:
+        """Wait for every worker's first message; raise :class:`UnguardedMainError` when they could not start
+        because the main script starts its rollout at import time. A worker that died otherwise is left to the
+        calls, which record its episodes' failures."""
+        for conn, p in zip(self._conns, self._procs):
+            try:
+                if conn.recv() == _READY:
+                    continue
+            except (EOFError, OSError):  # it exited before its first message
+                pass
+            p.join(timeout=10)
+            if p.exitcode == _UNGUARDED_MAIN_EXIT:
+                self.close()
+                script = getattr(sys.modules.get("__main__"), "__file__", None) or "the main script"
+                raise UnguardedMainError(
+                    f"the rollout's worker processes could not start: {script} starts a rollout with workers > 0 when "
+                    f"it is imported. Worker processes are spawned, and each imports the main script again; put the "
+                    f"script's top-level code under `if __name__ == \"__main__\":` (or use workers=0).")
 
     def call(self, op: str, requests: Sequence[tuple]) -> list[SlotResult]:
         per_worker = _split(requests, self.workers)

@@ -6,8 +6,8 @@ The rule (:class:`SystemicFailureGuard`): watch the first ``window`` episodes th
 error before getting a single answer (no turn played), the run stops with
 :class:`~agentgym.errors.SystemicFailureError`, carrying the first failure's record and a hint. An error is systemic
 when it says something about the endpoint, not about the episode (:func:`is_systemic`): a request answered
-401, 403, 404 or 422 (not retried: every episode's request fails the same way) or a connection refused after its
-retries (nothing listens there). The first episode that finishes otherwise (played a turn, won, lost, or failed in
+401, 403, 404 or 422 or a redirect (3xx, never followed: not retried, every episode's request fails the same way)
+or a connection refused after its retries (nothing listens there). The first episode that finishes otherwise (played a turn, won, lost, or failed in
 another way) ends the watch: later failures are the episodes' own and are recorded as usual.
 
 The episodes that failed are handed to the caller's ``on_trajectory`` before the run stops, so their rows are
@@ -42,7 +42,9 @@ def is_systemic(rec: ErrorRecord | dict | None) -> bool:
     """Whether an episode's error record (an :class:`ErrorRecord` or a results row's ``error`` dict) is a policy
     request that failed for a reason every request of the run shares (see the module doc)."""
     kind, _, details = _fields(rec)
-    return kind == "policy_error" and (details.get("status") in SYSTEMIC_STATUS or details.get("refused") is True)
+    status = details.get("status")
+    redirected = type(status) is int and 300 <= status < 400
+    return kind == "policy_error" and (status in SYSTEMIC_STATUS or redirected or details.get("refused") is True)
 
 
 def hint_for(rec: ErrorRecord | dict | None) -> str | None:
@@ -66,6 +68,11 @@ def hint_for(rec: ErrorRecord | dict | None) -> str | None:
                 "(default OPENAI_API_KEY)")
     if status == 422:
         return "the server rejected the request: check the model name and the sampling flags (--max-tokens, ...)"
+    if type(status) is int and 300 <= status < 400:
+        return ("the server redirects its requests and redirects are never followed (the key would go along): "
+                "point --base-url at the address it redirects to, if you trust it")
+    if details.get("field") == "(body)" and "--max-response-bytes" in message:
+        return "the server's answers are longer than --max-response-bytes: raise it if the server is trusted"
     if details.get("field"):
         return f"the server's answers are malformed at {details['field']}: is it an OpenAI-compatible server?"
     return None

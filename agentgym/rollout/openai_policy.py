@@ -25,6 +25,15 @@ One retry loop (:meth:`OpenAIPolicy._acomplete`) serves both transports and both
 :meth:`OpenAIPolicy._send` (the pooled aiohttp client, or a blocking urllib request on one of ``concurrency``
 threads); the batched call runs the same coroutine on the policy's event-loop thread.
 
+Hostile servers: redirects are never followed (a 3xx is a :class:`PolicyRequestError` naming the status and the
+``Location``; following it would carry the ``Authorization`` header to wherever the server points);
+``timeout_s`` (``--request-timeout``) is a deadline for the whole attempt, connection to last byte, on both transports
+(a server that drips its answer a byte at a time is cut off at it); an answer's body is read in chunks up to
+``max_response_bytes`` (``--max-response-bytes``) and never buffered past it, a longer one is a
+:class:`PolicyRequestError` naming the cap; compression is not asked for (``Accept-Encoding: identity``) nor undone,
+so no small answer inflates; a number of more digits than a token count can have is read as a too-long number and
+named by its field (``usage.prompt_tokens`` ...).
+
 Failures: 429, 5xx, timeouts and dropped connections are retried up to ``max_retries`` times with exponential
 backoff (``Retry-After`` honoured, capped at ``backoff_max``). Other HTTP errors (400, 401, 404...), unreadable
 answers and answers without text (``content: null``, e.g. a refusal or a tool call) are not retried. A 200 answer is
@@ -65,22 +74,12 @@ from http.client import HTTPException
 from typing import Any, Sequence
 
 from ..errors import MissingDependencyError, PolicyError
-from ..net import is_loopback_url, urlopen
+from ..net import ERROR_BODY_BYTES, MODEL_ANSWER_MAX_BYTES, ResponseTooLarge, bounded_request, is_loopback_url
 from .policy import PolicyResponse as _PolicyResponse
 from .policy import PromptContext, request_seeds
 
 __all__ = ["OpenAIConfig", "OpenAIPolicy", "PolicyRequestError", "RETRYABLE_STATUS", "DEFAULT_BASE_URL",
            "BASE_URL_ENV", "endpoint_of"]
-
-
-def __getattr__(name: str):
-    if name == "PolicyResponse":  # moved to agentgym.rollout.policy; this path works for one more release
-        import warnings
-
-        warnings.warn("agentgym.rollout.openai_policy.PolicyResponse moved to agentgym.rollout.policy.PolicyResponse",
-                      DeprecationWarning, stacklevel=2)
-        return _PolicyResponse
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +90,10 @@ RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 #: The environment variable that overrides :data:`DEFAULT_BASE_URL` (as the OpenAI SDK reads it).
 BASE_URL_ENV = "OPENAI_BASE_URL"
+#: The default cap on one answer's body (``--max-response-bytes``): a long completion with its usage is a few
+#: hundred KB; this leaves room for reasoning text and logprobs and still bounds what a hostile server can make a
+#: client hold (the cap is per request in flight).
+DEFAULT_MAX_RESPONSE_BYTES = MODEL_ANSWER_MAX_BYTES
 
 
 class PolicyRequestError(PolicyError):
@@ -145,7 +148,8 @@ class OpenAIConfig:
     seed: int | None = None  # base seed: each request gets its own, derived from it (see the module doc)
     extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"top_k": 20} for vLLM
     concurrency: int = 64  # requests in flight to the server (and pooled connections)
-    timeout_s: float = 120.0  # per attempt, connection to last byte
+    timeout_s: float = 120.0  # per attempt: a deadline from connection to last byte, however slowly bytes arrive
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES  # the most bytes of one answer's body
     max_retries: int = 4
     backoff_s: float = 0.5
     backoff_max_s: float = 8.0
@@ -160,6 +164,10 @@ class OpenAIConfig:
             raise PolicyError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.max_retries < 0:
             raise PolicyError(f"max_retries must be >= 0, got {self.max_retries}")
+        if not self.timeout_s > 0:
+            raise PolicyError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.max_response_bytes < 1024:
+            raise PolicyError(f"max_response_bytes must be >= 1024, got {self.max_response_bytes}")
         if not self.base_url.startswith(("http://", "https://")):
             raise PolicyError(f"base_url must start with http:// or https://, got {self.base_url!r}")
         if self.transport not in ("auto", "aiohttp", "urllib"):
@@ -319,7 +327,8 @@ class OpenAIPolicy:
         return body
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        # identity: a compressed answer could inflate far past the size cap, which counts the bytes received
+        headers = {"Content-Type": "application/json", "Accept": "application/json", "Accept-Encoding": "identity"}
         key = os.environ.get(self.config.api_key_env) if self.config.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
@@ -338,6 +347,7 @@ class OpenAIPolicy:
             session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=c.concurrency, limit_per_host=0, keepalive_timeout=60),
                 timeout=aiohttp.ClientTimeout(total=c.timeout_s),  # per attempt: connection to last byte
+                auto_decompress=False,  # the size cap counts received bytes; compression is not asked for
                 trust_env=not is_loopback_url(self.url), headers=self._headers())
             state = self._clients[loop] = _LoopClient(session, c.concurrency)
         return state
@@ -391,14 +401,38 @@ class OpenAIPolicy:
     async def _apost(self, session, data: bytes) -> dict:
         import aiohttp
 
+        cap = self.config.max_response_bytes
         try:
             async with session.post(self.url, data=data, allow_redirects=False) as resp:
-                status, raw, headers = resp.status, await resp.read(), resp.headers
+                status, headers = resp.status, resp.headers
+                if 200 <= status < 300:
+                    declared = resp.content_length
+                    try:
+                        if declared is not None and declared > cap:
+                            raise ResponseTooLarge(cap, declared)
+                        raw, _ = await _aread_capped(resp.content, cap, strict=True)
+                    except ResponseTooLarge:
+                        resp.close()  # the rest is never read: the connection is not reused
+                        raise
+                else:  # only the first bytes go into the error message
+                    try:
+                        raw, cut = await _aread_capped(resp.content, ERROR_BODY_BYTES, strict=False)
+                    except (aiohttp.ClientError, ValueError):
+                        raw, cut = b"", True
+                    if cut:
+                        resp.close()
+        except ResponseTooLarge as e:
+            raise self._too_large(e) from None
         except (asyncio.TimeoutError, TimeoutError) as e:
             raise _Retryable(f"timed out after {self.config.timeout_s}s ({type(e).__name__})") from None
         except aiohttp.ClientError as e:  # refused, reset, closed mid-answer
             raise _Retryable(f"connection failed: {type(e).__name__}: {e}", refused=_is_refused(e)) from None
         return _check_answer(self.url, status, raw, headers)
+
+    def _too_large(self, e: ResponseTooLarge) -> PolicyRequestError:
+        return PolicyRequestError(
+            f"{self.url}: {e} (--max-response-bytes {self.config.max_response_bytes}); not read further, not "
+            "retried", status=200, field="(body)")
 
     def _backoff(self, attempt: int, err: "_Retryable") -> float:
         """Exponential backoff with jitter (concurrent retries must not hit a rate limit in lockstep), at least the
@@ -412,11 +446,12 @@ class OpenAIPolicy:
     def _post(self, data: bytes) -> dict:
         req = urllib.request.Request(self.url, data=data, headers=self._headers(), method="POST")
         try:
-            with urlopen(req, timeout=self.config.timeout_s) as resp:
-                status, raw, headers = resp.status, resp.read(), resp.headers
-        except urllib.error.HTTPError as e:  # a non-2xx answer: checked below, like any other
-            status, raw, headers = e.code, _error_body(e), e.headers
-        except (TimeoutError, socket.timeout) as e:
+            # a deadline for the whole exchange, redirects not followed, the body capped (agentgym.net)
+            answer = bounded_request(req, timeout_s=self.config.timeout_s, max_bytes=self.config.max_response_bytes)
+            status, raw, headers = answer.status, answer.body, answer.headers
+        except ResponseTooLarge as e:
+            raise self._too_large(e) from None
+        except (TimeoutError, socket.timeout) as e:  # DeadlineExceeded included
             raise _Retryable(f"timed out after {self.config.timeout_s}s ({e})") from None
         except urllib.error.URLError as e:
             if isinstance(e.reason, (TimeoutError, socket.timeout)):
@@ -453,6 +488,8 @@ def check_answer_fields(url: str, payload: Any) -> tuple[str, str | None, dict]:
         return PolicyRequestError(f"{url}: malformed answer: {field} {what}", status=200, field=field)
 
     def kind(v: Any) -> str:
+        if isinstance(v, _LongNumber):
+            return "a number too long to be a count"
         return "null" if v is None else type(v).__name__
 
     if not isinstance(payload, dict):
@@ -509,26 +546,67 @@ def _retry_after(headers) -> float | None:
     return max(0.0, when.timestamp() - time.time()) if when is not None else None
 
 
-def _error_body(e: urllib.error.HTTPError) -> bytes:
-    """The body of an HTTP error answer, or ``b""`` when it cannot be read (it only goes into the message)."""
-    try:
-        return e.read()
-    except Exception:  # noqa: BLE001 - the detail is only for the message
-        return b""
+async def _aread_capped(content, limit: int, *, strict: bool) -> tuple[bytes, bool]:
+    """An aiohttp body (``resp.content``) read in chunks, never buffered past ``limit``: ``(body, truncated)``, as
+    :func:`agentgym.net.read_capped` (the session's total timeout bounds the time)."""
+    buf = bytearray()
+    while True:
+        chunk = await content.read(64 * 1024)
+        if not chunk:
+            return bytes(buf), False
+        buf += chunk
+        if len(buf) > limit:
+            if strict:
+                raise ResponseTooLarge(limit)
+            return bytes(buf[:limit]), True
+
+
+def _redirect_error(url: str, status: int, headers) -> PolicyRequestError:
+    location = headers.get("Location") if headers is not None else None
+    where = f" to {str(location)[:300]!r}" if location else " (no Location)"
+    return PolicyRequestError(
+        f"{url}: HTTP {status} redirect{where}: not followed (it would carry the API key to wherever the server "
+        "points; set --base-url to the address that answers, if you trust it)", status=status)
+
+
+class _LongNumber:
+    """A JSON integer with more digits than any count in an answer can have (Python refuses to read past 4,300
+    digits; this stops at :data:`_MAX_INT_DIGITS`): kept as a marker, so the field check names where it was."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"<a number of {self.digits} digits>"
+
+    __str__ = __repr__
+
+
+_MAX_INT_DIGITS = 64
+
+
+def _parse_int(text: str):
+    return int(text) if len(text) <= _MAX_INT_DIGITS else _LongNumber(len(text.lstrip("-")))
 
 
 def _check_answer(url: str, status: int, raw: bytes, headers) -> dict:
     """One HTTP answer (either transport) -> its decoded JSON body. A non-2xx status raises :class:`_Retryable`
     (``RETRYABLE_STATUS``, with ``Retry-After``) or :class:`PolicyRequestError` (not retried), the message carrying
     the body's first 300 bytes; an unreadable body raises :class:`PolicyRequestError`."""
+    if 300 <= status < 400:
+        raise _redirect_error(url, status, headers)
     if not 200 <= status < 300:
         body = raw[:300].decode("utf-8", "replace").strip()
         detail = f": {body}" if body else ""
         if status in RETRYABLE_STATUS:
             raise _Retryable(f"HTTP {status}{detail}", status, _retry_after(headers))
         raise PolicyRequestError(f"{url}: HTTP {status}{detail} (not retried)", status=status)
+    encoding = headers.get("Content-Encoding") if headers is not None else None
+    if encoding and str(encoding).strip().lower() != "identity":
+        raise PolicyRequestError(f"{url}: the answer is {str(encoding)[:40]!r}-encoded, though the request asked for "
+                                 "identity (compressed answers are not read)", status=status, field="(body)")
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: nested too deep
+        return json.loads(raw, parse_int=_parse_int)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError; RecursionError: too deep
         raise PolicyRequestError(f"{url}: unreadable JSON answer ({type(e).__name__}: {str(e)[:200]}): "
                                  f"{raw[:200]!r}", status=status, field="(body)") from None

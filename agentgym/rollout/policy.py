@@ -165,15 +165,3 @@ class RandomPolicy(EnvPolicy):
 
     def act(self, env, rng: np.random.Generator) -> str:
         return env.random_action(rng)
-
-
-def __getattr__(name: str):
-    if name == "load_policy":  # moved to agentgym.rollout.loading; this path works for one more release
-        import importlib
-        import warnings
-
-        warnings.warn("agentgym.rollout.policy.load_policy moved to agentgym.rollout.loading.load_policy",
-                      DeprecationWarning, stacklevel=2)
-        # By name: the policy modules that loading imports import this one, and a shim must not close that circle.
-        return importlib.import_module("agentgym.rollout.loading").load_policy
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

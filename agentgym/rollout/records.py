@@ -12,7 +12,7 @@
   episode stopped without a natural end (the env's turn budget ``max_turns``, or a trainer's token budget), False on
   every other row; a terminated episode is never truncated.
 
-The batch follows ../shared/docs/estimators_spec.md section 1.1: one row per turn, trajectories in rollout-major
+The batch follows docs/estimators.md section 1.1: one row per turn, trajectories in rollout-major
 order, ``obs_hash`` of the observation the agent acted on, ``done`` on each trajectory's last turn.
 """
 
@@ -108,17 +108,6 @@ class Trajectory:
     @property
     def truncated(self) -> bool:
         return bool(self.turns and self.turns[-1].truncated)
-
-    def summary(self) -> dict:
-        """Deprecated: :func:`agentgym.eval.results.episode_fields` (results rows are built in
-        :mod:`agentgym.eval.results` only)."""
-        import importlib
-        import warnings
-
-        warnings.warn("Trajectory.summary() is deprecated; use agentgym.eval.results.episode_fields(trajectory)",
-                      DeprecationWarning, stacklevel=2)
-        # By name: rollout does not depend on eval (eval depends on rollout).
-        return importlib.import_module("agentgym.eval.results").episode_fields(self)
 
 
 @dataclass

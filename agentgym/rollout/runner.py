@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -46,18 +45,6 @@ __all__ = ["play", "Schedule", "collect_groups", "env_factory", "SCHEDULES", "de
 SCHEDULES = ("lockstep", "async")
 
 logger = logging.getLogger(__name__)
-
-#: Names that moved to :mod:`.records` (old import path kept for one release, with a DeprecationWarning).
-_MOVED = {"TurnRecord", "Trajectory", "RolloutResult", "to_trajectory_batch", "finish_trajectory"}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        warnings.warn(f"agentgym.rollout.runner.{name} moved to agentgym.rollout.records.{name}", DeprecationWarning,
-                      stacklevel=2)
-        return getattr(_records, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 @dataclass(frozen=True)
 class Schedule:

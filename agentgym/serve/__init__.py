@@ -37,20 +37,28 @@ play needs the socket), the task API (``GET /list_environments``, ``GET /{env}/s
 /{env}/tasks|num_tasks|task|task_range``: the served split's task ids) and ``POST /mcp`` (a JSON-RPC error: agentgym
 envs are played through ``step``, not MCP tools). Every bad request gets a JSON error.
 
-**Bounds.** At most ``max_sessions`` sessions (the next one gets ``CAPACITY_REACHED``); a session idle for
-``idle_timeout_s`` is closed and its env freed; a client that disconnects or is killed frees its session at once
-(uvicorn's keepalive pings find a peer that vanished without closing its socket); an env call past
-``step_timeout_s`` ends its session; a message or request body over ``max_message_bytes`` is refused. Each
-session's env runs in a thread of its own, so one slow env never holds up another session.
+**Bounds.** A session gets its env at its first ``reset``, not at accept: until then it holds no env and no slot, it
+must reset within ``first_reset_timeout_s``, and at most ``max_sessions`` may wait (the one waiting longest is closed
+to make room). At most ``max_sessions`` sessions hold an env (the next first reset gets ``CAPACITY_REACHED``); a
+session with no message for ``idle_timeout_s`` is closed and its env freed; a client that disconnects or is killed
+frees its session at once (uvicorn's keepalive pings find a peer that vanished without closing its socket); a
+message or request body over ``max_message_bytes`` is refused. A fast env (not ``slow_steps``) is called inline on
+the event loop; a slow one, or any with ``offload``, on a thread of its session's own, where a call past
+``step_timeout_s`` ends its session, so one slow env never holds up another session.
 
 **Connections, errors, exposure.** Under the app sits the HTTP limits layer shared with the retrieval server
 (:mod:`retrieval.http_limits`): a request must arrive whole within ``request_timeout_s`` (a JSON 408), idle
-keep-alive connections close after ``keep_alive_timeout_s``, at most ``max_connections`` are open, and only requests
-in flight (sessions, stateless requests) count against capacity, so idle or stalled sockets never make another
-client's request fail. Every client error is a 4xx JSON body naming the field or id; a WebSocket frame that fails to
-parse for any reason (depth, number size, encoding) gets ``INVALID_JSON`` and the session stays. The server binds
-loopback by default; a non-loopback host needs ``auth_token`` (a bearer token on every request and WebSocket
-upgrade) or ``allow_remote``; WebSocket upgrades from a foreign ``Origin`` are refused.
+keep-alive connections close after ``keep_alive_timeout_s``, and at ``max_connections`` open the longest-idle
+connection (else the slowest request still arriving) is closed to make room before anyone is refused; only
+requests in flight (sessions, stateless requests) count against capacity, so idle or stalled sockets never make
+another client's request fail. Every client error is a 4xx JSON body naming the field or id (lone surrogates and
+non-integer seeds or indexes included); a reset the env refuses leaves the episode in progress alone; a WebSocket
+frame that fails to parse (depth, number size, a lone surrogate, a binary frame that is not UTF-8) gets
+``INVALID_JSON`` and the session stays, while a *text* frame that is not UTF-8 closes the connection with 1007 (RFC
+6455). The server binds loopback by default; a non-loopback host needs ``auth_token`` (a bearer token on every
+request and WebSocket upgrade) or ``allow_remote``; requests and upgrades from a foreign ``Origin`` are refused, and
+without a token only loopback ``Host`` names are answered (DNS rebinding). WebSocket compression is off unless
+``ws_compression``.
 
 The package, one module per job: :mod:`~agentgym.serve.protocol` (the wire models and error codes),
 :mod:`~agentgym.serve.sessions` (:class:`ServeConfig`, the sessions and message handling), :mod:`~agentgym.serve.app`

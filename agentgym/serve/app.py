@@ -21,10 +21,12 @@ try:
 except ModuleNotFoundError as e:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError(e.name or "fastapi", "serve", "agentgym serve (the OpenEnv server)") from e
 
-from .protocol import (CAPACITY_REACHED, EXECUTION_ERROR, FACTORY_ERROR, SESSION_ERROR, AgentGymAction,
-                       ResetRequest, StepRequest, TaskQuery, error_frame, mcp_error, validation_errors)
-from .sessions import AgentGymServer, CapacityError, EnvCallError, ServeConfig, task_field
-from retrieval.http_limits import BearerAuth, HttpLimits, check_bind, uvicorn_config
+from .protocol import (EXECUTION_ERROR, SESSION_ERROR, AgentGymAction, ResetRequest, StepRequest, TaskQuery,
+                       error_frame, mcp_error, validation_errors)
+from .sessions import AgentGymServer, CapacityError, EnvCallError, ServeConfig, SessionRefused, task_field
+from retrieval.browser_guard import BrowserGuard, is_loopback_host
+from retrieval.http_limits import (BearerAuth, HttpLimits, check_bind, connection_totals, limit_repeated_logs,
+                                   uvicorn_config)
 from retrieval.protocol import ProtocolError
 
 __all__ = ["create_app", "serve", "bind", "http_limits", "uvicorn_settings"]
@@ -33,21 +35,17 @@ logger = logging.getLogger(__name__)
 
 
 class _RequestGuard:
-    """ASGI middleware in front of the routes. HTTP: a request body over ``limit`` bytes (declared or streamed) gets a
-    JSON 413, and a body that is not JSON within the server's bounds (depth, number length, UTF-8) a JSON 422 in
-    FastAPI's shape, naming the problem, before the app parses it. WebSocket: an upgrade whose ``Origin`` is neither
-    absent, the server's own nor in ``allowed_origins`` is refused (403), so a web page cannot drive the server."""
+    """ASGI middleware in front of the HTTP routes: a request body over ``limit`` bytes (declared or streamed) gets a
+    JSON 413, and a body that is not JSON within the server's bounds (depth, number length, UTF-8, lone surrogates)
+    a JSON 422 in FastAPI's shape, naming the problem, before the app parses it. An error no route expected is a
+    JSON 500 on a connection that stays open, logged with its traceback a few times a minute at most (the
+    connection layer's :class:`~retrieval.http_limits.RepeatedLogLimit`), never once per request."""
 
     def __init__(self, app, server: AgentGymServer):
         self.app, self.server = app, server
         self.limit = server.config.max_message_bytes
-        self.allowed_origins = {o.rstrip("/").lower() for o in server.config.allowed_origins}
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "websocket":
-            if not self._origin_ok(scope):
-                return await send({"type": "websocket.close", "code": 1008})
-            return await self.app(scope, receive, send)
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
@@ -73,7 +71,7 @@ class _RequestGuard:
             except ProtocolError as e:
                 return await _send_json(send, 422, {"detail": [{"type": "json_invalid", "loc": ["body"],
                                                                 "msg": str(e)}]})
-        sent = False
+        sent = started = False
 
         async def replay():
             nonlocal sent
@@ -82,18 +80,17 @@ class _RequestGuard:
                 return {"type": "http.request", "body": bytes(body), "more_body": False}
             return await receive()
 
-        return await self.app(scope, replay, send)
+        async def tracked(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
 
-    def _origin_ok(self, scope) -> bool:
-        headers = dict(scope.get("headers") or [])
-        origin = headers.get(b"origin")
-        if origin is None:
-            return True  # not a browser: non-browser clients send no Origin
-        origin_s = origin.decode("latin-1").rstrip("/").lower()
-        if origin_s in self.allowed_origins:
-            return True
-        host = headers.get(b"host", b"").decode("latin-1").lower()
-        return bool(host) and origin_s in (f"http://{host}", f"https://{host}")
+        try:
+            await self.app(scope, replay, tracked)
+        except Exception as e:  # noqa: BLE001 - a JSON 500, and the connection stays usable
+            logger.error("unhandled error on %s %s", scope.get("method"), scope.get("path"), exc_info=True)
+            if not started:
+                await _send_json(send, 500, {"detail": f"internal error: {type(e).__name__}: {str(e)[:200]}"})
 
 
 async def _send_json(send, status: int, payload: dict) -> None:
@@ -147,6 +144,7 @@ def create_app(server: AgentGymServer) -> FastAPI:
     @app.get("/sessions", tags=["State Management"])
     async def sessions() -> dict[str, Any]:
         return {"active_sessions": len(server.sessions), "max_sessions": cfg.max_sessions,
+                "pending_sessions": len(server.pending), "connections": connection_totals(),
                 "sessions": [s.info() for s in list(server.sessions.values())]}
 
     async def _stateless(request: ResetRequest, action: Any = None) -> dict[str, Any]:
@@ -229,34 +227,41 @@ def create_app(server: AgentGymServer) -> FastAPI:
     @app.websocket("/ws")
     async def ws(websocket: WebSocket):
         await websocket.accept()
-        try:
-            session = await server.open_session()
-        except CapacityError as e:
-            await _refuse(websocket, error_frame(CAPACITY_REACHED, str(e), active_sessions=len(server.sessions),
-                                            max_sessions=cfg.max_sessions))
-            return
-        except EnvCallError as e:
-            await _refuse(websocket, error_frame(FACTORY_ERROR, str(e), factory_name=cfg.env_id, error=e.record))
-            return
+        session, displaced = server.accept_session()  # pending: its env is made at its first reset
+        if displaced is not None and displaced.displace is not None:
+            displaced.displace()
+        ended = False
+
+        def end(frame: dict) -> None:  # by a clock or to make room: tell the client why, then close the socket
+            nonlocal ended
+            if not ended:
+                ended = True
+                asyncio.ensure_future(_end_session(websocket, frame))
+
+        session.displace = lambda: end(error_frame(
+            SESSION_ERROR, f"closed to make room: {cfg.max_sessions} sessions were waiting for their first reset and "
+                           "this one had waited longest"))
+        clock = _SessionClock(session, cfg, end)
         try:
             while True:
-                try:
-                    msg = await asyncio.wait_for(websocket.receive(), timeout=cfg.idle_timeout_s)
-                except asyncio.TimeoutError:
-                    await _send_ws(websocket, error_frame(SESSION_ERROR, f"session idle for {cfg.idle_timeout_s:g} s: "
-                                                                    "closed, its env freed"))
-                    break
-                if msg["type"] == "websocket.disconnect":
+                msg = await websocket.receive()  # the session clock ends a session that sends nothing
+                if msg["type"] == "websocket.disconnect" or ended:
                     break
                 raw = msg.get("text")
                 if raw is None:
                     raw = msg.get("bytes") or b""  # a binary frame: UTF-8 JSON too, else INVALID_JSON
+                session.busy = True
                 try:
                     response = await server.handle(session, raw)
                 except EnvCallError as e:  # a call past the step timeout: its thread is stuck, the session ends
                     session.stuck = True
                     await _send_ws(websocket, error_frame(SESSION_ERROR, f"{e}; session closed", error=e.record))
                     break
+                except SessionRefused as e:  # its first reset found no slot, or its env could not be made
+                    await _send_ws(websocket, e.frame)
+                    break
+                finally:
+                    session.busy = False
                 if response is None:
                     break
                 await _send_ws(websocket, response)
@@ -267,13 +272,53 @@ def create_app(server: AgentGymServer) -> FastAPI:
             logger.exception("session %s failed", session.session_id)
             await _send_ws(websocket, error_frame(SESSION_ERROR, "internal error; session closed"))
         finally:
+            clock.cancel()
             await server.close_session(session)
             await _close_ws(websocket)
 
     app.add_middleware(_RequestGuard, server=server)
     if cfg.auth_token:
-        app.add_middleware(BearerAuth, auth_token=cfg.auth_token, error_key="detail")  # outermost: first to run
+        app.add_middleware(BearerAuth, auth_token=cfg.auth_token, error_key="detail")
+    # outermost: first to run. Without a token a loopback server answers only loopback Host names (DNS rebinding);
+    # with one, or bound wider with --allow-remote, any Host (the token, or the operator's choice, decides)
+    app.add_middleware(BrowserGuard, check_host=not cfg.auth_token and is_loopback_host(cfg.host),
+                       allowed_origins=cfg.allowed_origins, error_key="detail")
     return app
+
+
+class _SessionClock:
+    """Ends a session that sends nothing: a pending one ``first_reset_timeout_s`` after its accept, an open one
+    ``idle_timeout_s`` after its last message (never while a message of its own is being handled). One timer per
+    session, re-armed only when it fires early (no timer per message)."""
+
+    def __init__(self, session, cfg: ServeConfig, end: Callable[[dict], None]):
+        self.session, self.cfg, self.end = session, cfg, end
+        self.loop = asyncio.get_running_loop()
+        self.timer = self.loop.call_later(cfg.first_reset_timeout_s, self._check)
+
+    def _check(self) -> None:
+        s, cfg, now = self.session, self.cfg, time.time()
+        if s.env is None:
+            deadline = s.created_at + cfg.first_reset_timeout_s
+            why = f"no reset within {cfg.first_reset_timeout_s:g} s of connecting: session closed"
+        else:
+            deadline = s.last_activity_at + cfg.idle_timeout_s
+            why = f"session idle for {cfg.idle_timeout_s:g} s: closed, its env freed"
+        if s.busy or now < deadline:
+            self.timer = self.loop.call_later(max(deadline - now, 0.05) if not s.busy else 1.0, self._check)
+            return
+        self.timer = None
+        self.end(error_frame(SESSION_ERROR, why))
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+async def _end_session(websocket: WebSocket, frame: dict) -> None:
+    await _send_ws(websocket, frame)
+    await _close_ws(websocket, code=1001)  # going away: the client's receive ends, and the handler's too
 
 
 async def _send_ws(websocket: WebSocket, payload: dict) -> None:
@@ -283,21 +328,9 @@ async def _send_ws(websocket: WebSocket, payload: dict) -> None:
         logger.debug("send to a closed socket dropped", exc_info=True)
 
 
-async def _refuse(websocket: WebSocket, payload: dict, linger_s: float = 10.0) -> None:
-    """Refuse a session: send the error frame at once, then close after the client's first frame (at most
-    ``linger_s`` later). openenv 0.4.1's client sends its first request before reading, and fails with a bare
-    'connection closed' instead of the error if the socket is already closed by then (0.10 reads the queued frame)."""
-    await _send_ws(websocket, payload)
+async def _close_ws(websocket: WebSocket, code: int = 1000) -> None:
     try:
-        await asyncio.wait_for(websocket.receive(), timeout=linger_s)
-    except Exception:  # noqa: BLE001 - timed out or already gone: close either way
-        pass
-    await _close_ws(websocket)
-
-
-async def _close_ws(websocket: WebSocket) -> None:
-    try:
-        await websocket.close()
+        await websocket.close(code)
     except Exception:  # noqa: BLE001 - already closed by the peer or by uvicorn
         pass
 
@@ -312,7 +345,7 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(1024)
+    sock.listen(2048)  # a training batch's sessions connect at once (Linux caps it at net.core.somaxconn)
     sock.set_inheritable(True)
     return sock
 
@@ -326,10 +359,13 @@ def http_limits(config: ServeConfig) -> HttpLimits:
 
 def uvicorn_settings(server: AgentGymServer, log_level: str = "warning") -> "uvicorn.Config":
     """The ``uvicorn.Config`` that serves ``server``: its app behind the connection limits, WebSocket pings (a peer
-    that vanished is found within ~40 s) and a graceful shutdown."""
+    that vanished is found within ~40 s), per-message compression only with ``ws_compression`` (deflating an
+    observation costs more CPU than the env's step: ~0.36 ms for TextCraft's 8 KB, benchmarks/RESULTS_serve.md) and a
+    graceful shutdown."""
     cfg = server.config
     return uvicorn_config(create_app(server), http_limits(cfg), log_level=log_level, ws_max_size=cfg.max_message_bytes,
-                          ws_ping_interval=20.0, ws_ping_timeout=20.0, timeout_graceful_shutdown=5, lifespan="on")
+                          ws_ping_interval=20.0, ws_ping_timeout=20.0, ws_per_message_deflate=cfg.ws_compression,
+                          timeout_graceful_shutdown=5, lifespan="on")
 
 
 def serve(config: ServeConfig, ready: Callable[[str], None] | None = None, log_level: str = "warning") -> None:
@@ -337,6 +373,7 @@ def serve(config: ServeConfig, ready: Callable[[str], None] | None = None, log_l
     ``allow_remote``); makes one env first, so a missing dependency or data set fails here rather than in every
     session; ``ready(url)`` is called once the socket listens."""
     check_bind(config.host, config.auth_token, config.allow_remote, "agentgym serve")
+    limit_repeated_logs(__name__, "agentgym.serve.sessions")  # uvicorn's own logger: uvicorn_config
     server = AgentGymServer(config)
     server.probe()
     sock = bind(config.host, config.port)

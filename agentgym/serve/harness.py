@@ -54,9 +54,16 @@ class LocalServer:
         self.headers = {"Authorization": f"Bearer {auth_token}"} if auth_token is not None else {}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         lines: queue.Queue = queue.Queue()
+        self._stdout: list[str] = []
         self._stderr: list[str] = []
+
+        def read_stdout() -> None:
+            for x in self.proc.stdout:
+                lines.put(x)
+                self._stdout.append(x)
+
         # Readers of the child's pipes (the URL line, then its logs), so a chatty server never blocks on a full pipe.
-        self._readers = [threading.Thread(target=lambda: [lines.put(x) for x in self.proc.stdout], daemon=True),
+        self._readers = [threading.Thread(target=read_stdout, daemon=True),
                          threading.Thread(target=lambda: self._stderr.extend(self.proc.stderr), daemon=True)]
         for t in self._readers:
             t.start()
@@ -80,6 +87,10 @@ class LocalServer:
 
     def stderr(self) -> str:
         return "".join(self._stderr)[-4000:]
+
+    def log_lines(self) -> list[str]:
+        """Every line the server has written so far, stdout (uvicorn's access log with ``-v``) and stderr."""
+        return [line.rstrip("\n") for line in [*self._stdout, *self._stderr]]
 
     def get(self, path: str, timeout_s: float = 10.0) -> Any:
         """``GET url + path`` as JSON (loopback: never through a proxy)."""

@@ -10,7 +10,7 @@ from agentgym.errors import MissingDependencyError
 from agentgym.jsonvalues import to_json_values
 
 try:
-    from pydantic import BaseModel, ConfigDict, Field
+    from pydantic import BaseModel, ConfigDict, Field, field_validator
 except ModuleNotFoundError as e:  # pragma: no cover - exercised only without the extra
     raise MissingDependencyError(e.name or "pydantic", "serve", "agentgym serve (the OpenEnv server)") from e
 
@@ -92,16 +92,30 @@ class AgentGymState(BaseModel):
     task: dict[str, Any] = Field(default_factory=dict, description="the current task's metadata (family, depth...)")
 
 
-class ResetRequest(BaseModel):
-    """The fields of a reset (the ``data`` of a ``reset`` message, or the body of ``POST /reset``)."""
+#: The reset options that are task indexes: JSON integers only (``"3"`` and ``true`` are not indexes on the wire).
+_INDEX_OPTIONS = ("task_index",)
 
-    model_config = ConfigDict(extra="forbid")
+
+class ResetRequest(BaseModel):
+    """The fields of a reset (the ``data`` of a ``reset`` message, or the body of ``POST /reset``). Strict: a seed or
+    an index is a JSON integer (``true``, ``"7"`` and ``7.0`` are refused, not converted)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     seed: int | None = Field(None, ge=0, lt=2**64, description="seeds the env's np_random (same seed and task, same "
                                                                "episode); 0 <= seed < 2**64")
     task_id: str | None = Field(None, description="the task to play (default: drawn with the env's np_random)")
     options: dict[str, Any] | None = Field(None, description="the env's reset options ({'task_id': ...}, ...)")
     episode_id: str | None = Field(None, max_length=255, description="default: a fresh UUID")
+
+    @field_validator("options")
+    @classmethod
+    def _indexes_are_integers(cls, options: dict[str, Any] | None) -> dict[str, Any] | None:
+        for key in _INDEX_OPTIONS:
+            value = (options or {}).get(key)
+            if key in (options or {}) and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"options.{key} must be a JSON integer, got {type(value).__name__} {value!r:.40}")
+        return options
 
 
 class StepRequest(ResetRequest):
@@ -113,9 +127,10 @@ class StepRequest(ResetRequest):
 
 
 class TaskQuery(BaseModel):
-    """The body of the task API's POST routes (OpenEnv's ListTasksRequest, GetTaskRequest, GetTaskRangeRequest)."""
+    """The body of the task API's POST routes (OpenEnv's ListTasksRequest, GetTaskRequest, GetTaskRangeRequest).
+    Strict, like :class:`ResetRequest`: ``"3"`` is not an index."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     split: str
     index: int | None = None

@@ -1,26 +1,37 @@
-"""The sessions of ``agentgym serve``: one env per WebSocket session, each in a thread of its own, and the handling of
-the OpenEnv messages (see :mod:`agentgym.serve`). No HTTP here: :mod:`agentgym.serve.app` routes to this."""
+"""The sessions of ``agentgym serve``: one env per WebSocket session, made at the session's first ``reset``, and the
+handling of the OpenEnv messages (see :mod:`agentgym.serve`). No HTTP here: :mod:`agentgym.serve.app` routes to this.
+
+A session is *pending* from the WebSocket's accept to its first ``reset``: it holds no env and no slot of
+``max_sessions``, only its socket; at most ``max_sessions`` may be pending (the one pending longest makes room for a
+new one) and each must reset within ``first_reset_timeout_s``. Its first ``reset`` takes a slot and makes its env
+(``CAPACITY_REACHED`` / ``FACTORY_ERROR`` when it cannot), so sockets that connect and never send hold nothing
+another client needs. An env whose steps are fast (not marked ``slow_steps``: a TextCraft step costs ~20 µs) is
+called inline on the event loop, as the async rollout runner does; a slow one (AppWorld, τ-airline, WikiSearch,
+ALFWorld), or every env with ``offload``, in a thread of the session's own, bounded by ``step_timeout_s``."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from agentgym.core import TASK_OPTIONS
 from agentgym.errors import TaskError, error_record
 from retrieval.protocol import ProtocolError, decode_json_body
 
-from .protocol import (EXECUTION_ERROR, INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR, AgentGymAction,
+from .protocol import (CAPACITY_REACHED, EXECUTION_ERROR, FACTORY_ERROR, INVALID_JSON, UNKNOWN_TYPE,
+                       VALIDATION_ERROR, AgentGymAction,
                        AgentGymObservation, AgentGymState, ResetRequest, error_frame, jsonable, mcp_error,
                        validation_errors)
 
 from pydantic import ValidationError  # after .protocol, which names the extra when pydantic is missing
 
-__all__ = ["ServeConfig", "AgentGymServer", "CapacityError", "EnvCallError"]
+__all__ = ["ServeConfig", "AgentGymServer", "CapacityError", "EnvCallError", "SessionRefused"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,22 +45,31 @@ class ServeConfig:
         split: the split every session plays (None: the env's default split).
         env_kwargs: further keyword arguments of the env (``max_turns``...), the same for every session.
         host, port: where to listen (port 0: any free port).
-        max_sessions: concurrent WebSocket sessions (one env each); also bounds the stateless HTTP requests.
-        idle_timeout_s: a session with no message for this long is closed and its env freed.
-        step_timeout_s: wall-clock limit of one env call (make, reset, step); past it the session is closed.
+        max_sessions: concurrent WebSocket sessions with an env (one each, made at the session's first reset); also
+            bounds the sessions pending their first reset and the stateless HTTP requests in flight. The default, 512,
+            fits a GRPO batch of 64 tasks x 8 samples (TextCraft: ~0.1 MB per session, benchmarks/RESULTS_serve.md).
+        idle_timeout_s: a session with an env and no message for this long is closed and its env freed.
+        first_reset_timeout_s: a new session that sends no reset within this is closed (it never held an env).
+        step_timeout_s: wall-clock limit of one env call run on a thread (make, and the reset and step of slow envs or
+            with ``offload``); past it the session is closed. Fast envs' calls run inline and are not timed.
+        offload: call every env on its session's own thread, not only the envs marked ``slow_steps``.
+        ws_compression: offer WebSocket per-message compression (permessage-deflate). Off by default: on loopback
+            and a LAN it costs more CPU per step than the step (for clients far away on thin links, turn it on).
         max_message_bytes: the largest WebSocket message or HTTP request body accepted.
         max_json_depth: the deepest JSON nesting of a message or body (a message needs about 6).
         request_timeout_s: an HTTP request must arrive whole (headers and body) within this of its first byte (a JSON
             408 beyond), and a new connection must start one within this; WebSocket upgrades included.
         keep_alive_timeout_s: how long an HTTP connection may stay open, idle, between requests.
-        max_connections: open TCP connections beyond which a new one gets a JSON 503 (idle connections never count
-            against the sessions or the requests in flight).
+        max_connections: open TCP connections (WebSockets included) beyond which a new one first closes the
+            longest-idle HTTP connection (else the slowest request still arriving), and gets a JSON 503 only when
+            every connection is busy; idle connections never count against the sessions or the requests in flight.
         max_header_bytes: the largest request line + headers (a JSON 431 beyond).
         auth_token: when set, every HTTP request and WebSocket upgrade must carry ``Authorization: Bearer <token>``
             (compared in constant time); 401 otherwise.
         allow_remote: bind a non-loopback host without ``auth_token`` (refused otherwise; logged as a warning).
-        allowed_origins: the ``Origin`` values a WebSocket upgrade may carry besides none and the server's own
-            (``scheme://host[:port]``); others get 403, so a web page cannot drive the server from a browser.
+        allowed_origins: the ``Origin`` values a request or WebSocket upgrade may carry besides none and the
+            server's own (``scheme://host[:port]``), and, without a token, the hosts a ``Host`` header may name
+            besides the loopback names; others get 403, so a web page cannot drive the server from a browser.
     """
 
     env_id: str
@@ -57,14 +77,17 @@ class ServeConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = 8000
-    max_sessions: int = 32
-    idle_timeout_s: float = 600.0
+    max_sessions: int = 512
+    idle_timeout_s: float = 120.0
+    first_reset_timeout_s: float = 30.0
     step_timeout_s: float = 300.0
+    offload: bool = False
+    ws_compression: bool = False
     max_message_bytes: int = 1 << 20
     max_json_depth: int = 64
     request_timeout_s: float = 30.0
     keep_alive_timeout_s: float = 5.0
-    max_connections: int = 1024
+    max_connections: int = 2048
     max_header_bytes: int = 16 * 1024
     auth_token: str | None = field(default=None, repr=False)
     allow_remote: bool = False
@@ -73,8 +96,8 @@ class ServeConfig:
     def __post_init__(self):
         if self.max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")
-        if self.idle_timeout_s <= 0 or self.step_timeout_s <= 0:
-            raise ValueError("idle_timeout_s and step_timeout_s must be > 0")
+        if self.idle_timeout_s <= 0 or self.step_timeout_s <= 0 or self.first_reset_timeout_s <= 0:
+            raise ValueError("idle_timeout_s, first_reset_timeout_s and step_timeout_s must be > 0")
         if self.max_message_bytes < 1024:
             raise ValueError(f"max_message_bytes must be >= 1024, got {self.max_message_bytes}")
         if self.max_json_depth < 8:
@@ -91,6 +114,15 @@ class ServeConfig:
 
 class CapacityError(RuntimeError):
     """All ``max_sessions`` session slots are taken."""
+
+
+class SessionRefused(Exception):
+    """A session's first reset could not open it (no slot, or its env could not be made): ``frame`` is the error
+    frame to send before the session is closed."""
+
+    def __init__(self, frame: dict[str, Any]):
+        super().__init__(frame["data"]["message"])
+        self.frame = frame
 
 
 class EnvCallError(RuntimeError):
@@ -113,17 +145,21 @@ class EnvCallError(RuntimeError):
 
 @dataclass(eq=False)
 class _Session:
-    """One WebSocket session: its env, the thread that runs it, and its episode."""
+    """One WebSocket session: its env (None while pending: before its first reset), the thread that runs it (None
+    for an env called inline), and its episode. ``displace``: how the app closes it when it must make room (set by
+    the app: the sessions know no sockets)."""
 
     session_id: str
-    executor: ThreadPoolExecutor
     created_at: float
+    executor: ThreadPoolExecutor | None = None
     env: Any = None
+    displace: Callable[[], Any] | None = None
     last_activity_at: float = 0.0
     step_count: int = 0
     episode_id: str | None = None
     in_episode: bool = False
     stuck: bool = False  # an env call ran past the step timeout and may still be running
+    busy: bool = False  # a message of its own is being handled (the session clock waits)
 
     def info(self) -> dict[str, Any]:  # OpenEnv's SessionInfo
         return {"session_id": self.session_id, "created_at": self.created_at,
@@ -141,23 +177,39 @@ MAX_NUMBER_CHARS = 100
 
 
 def _reset_call(env, seed: int | None, options: dict | None) -> dict[str, Any]:
+    # A reset the env refuses (an unknown task) raises before it touches the episode (agentgym.core selects the task
+    # first); gymnasium has reseeded np_random by then, which is put back, so the episode in progress plays on as if
+    # the reset had never been sent.
+    base = getattr(env, "unwrapped", env)
+    task_before, rng_before = getattr(env, "task", None), getattr(base, "_np_random", None)
+    seed_before = getattr(base, "_np_random_seed", None)
     try:
         obs, info = env.reset(seed=seed, options=options)
     except _BAD_OPTIONS as e:
+        if getattr(env, "task", None) is task_before and hasattr(base, "_np_random"):
+            base._np_random, base._np_random_seed = rng_before, seed_before
         if options is None or isinstance(e, TaskError):
             raise
         raise TaskError(f"the env cannot reset with these options ({', '.join(sorted(map(str, options)))}): "
                         f"{type(e).__name__}: {e}") from e
-    ob = AgentGymObservation(text=obs, prompt=env.prompt(), info=jsonable(info))
-    return {"observation": ob.model_dump(exclude={"reward", "done"}), "reward": None, "done": False}
+    return {"observation": _observation(obs, env.prompt(), info), "reward": None, "done": False}
 
 
 def _step_call(env, action) -> dict[str, Any]:
     obs, reward, terminated, truncated, info = env.step(action)
-    done = bool(terminated or truncated)
-    ob = AgentGymObservation(text=obs, prompt=env.prompt(), info=jsonable(info), terminated=bool(terminated),
-                             truncated=bool(truncated))
-    return {"observation": ob.model_dump(exclude={"reward", "done"}), "reward": float(reward), "done": done}
+    return {"observation": _observation(obs, env.prompt(), info, bool(terminated), bool(truncated)),
+            "reward": float(reward), "done": bool(terminated or truncated)}
+
+
+def _observation(text: Any, prompt: Any, info: Any, terminated: bool = False, truncated: bool = False) -> dict:
+    """``AgentGymObservation(...).model_dump(exclude={"reward", "done"})``, built directly: the same keys in the same
+    order (tests/adapters/test_adapters_serve.py checks it), without a model's validation and dump on every step
+    (a fifth of the server's own CPU per TextCraft step)."""
+    if not isinstance(text, str) or not isinstance(prompt, str):
+        raise TypeError(f"the env returned a {type(text).__name__} observation / {type(prompt).__name__} prompt; "
+                        "both must be text")
+    return {"metadata": {}, "text": text, "prompt": prompt, "info": jsonable(info), "terminated": terminated,
+            "truncated": truncated}
 
 
 def task_field(req: ResetRequest) -> str:
@@ -165,9 +217,39 @@ def task_field(req: ResetRequest) -> str:
     if req.task_id is not None:
         return "task_id"
     for key in (req.options or {}):
-        if key in ("task_id", "task_index", "task", "goal_index", "game"):
+        if key in TASK_OPTIONS:
             return f"options.{key}"
     return "options"
+
+
+#: A JSON escape of a UTF-16 surrogate: where a lone one may hide in a decoded text (raw UTF-8 cannot hold one).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF][0-9a-fA-F]{2}")
+
+
+def lone_surrogate_path(value: Any, path: str = "$") -> str | None:
+    """Where in a decoded JSON value a string (or an object key) holds a lone UTF-16 surrogate, which is not Unicode
+    text (``json`` decodes ``"\\ud800"`` to one, and no UTF-8 answer, log or transcript can carry it): a path such as
+    ``$.data.action``, or None. Bounded by the value's depth (the decoder has bounded it)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            key = lone_surrogate_path(k, path)
+            if key is not None:
+                return f"{path} (an object key)"
+            found = lone_surrogate_path(v, f"{path}.{k}")
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = lone_surrogate_path(v, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _reset_options(req: ResetRequest) -> dict | None:
@@ -197,10 +279,12 @@ class AgentGymServer:
                 return agentgym.make(config.env_id, **kwargs)
 
         self.make_env = make_env
-        self.sessions: dict[str, _Session] = {}
+        self.sessions: dict[str, _Session] = {}  # sessions with an env (or being made one): they hold the slots
+        self.pending: dict[str, _Session] = {}  # accepted, no reset yet: oldest first
         self._lock = asyncio.Lock()
         self._reserved = 0  # slots taken by sessions whose env is still being made
-        # Stateless HTTP requests (a fresh env each) share one bounded pool, apart from the sessions' threads.
+        # Stateless HTTP requests (a fresh env each) and the making of inline sessions' envs share one bounded pool,
+        # apart from the sessions' threads.
         self._stateless = ThreadPoolExecutor(max_workers=min(config.max_sessions, 8), thread_name_prefix="stateless")
         self._stateless_slots = asyncio.Semaphore(config.max_sessions)
         self._probe: dict[str, Any] | None = None
@@ -208,8 +292,9 @@ class AgentGymServer:
 
     # ---- facts about the served env (one throwaway env, made once) --------------------------------------------------
     def probe(self) -> dict[str, Any]:
-        """Make one env: its identity, and the split's task ids (None for an unbounded generated split). Raises
-        what making the env raises, so a server that cannot make its env fails at start, not per session."""
+        """Make one env: its identity, the split's task ids (None for an unbounded generated split) and whether its
+        steps are slow (``slow_steps``: called on a thread). Raises what making the env raises, so a server that
+        cannot make its env fails at start, not per session."""
         if self._probe is None:
             from agentgym.errors import TaskError
 
@@ -219,7 +304,8 @@ class AgentGymServer:
                     task_ids = list(env.task_ids()) if hasattr(env, "task_ids") else None
                 except TaskError:
                     task_ids = None  # unbounded
-                self._probe = {"identity": jsonable(env.run_identity()), "task_ids": task_ids}
+                self._probe = {"identity": jsonable(env.run_identity()), "task_ids": task_ids,
+                               "slow_steps": bool(getattr(getattr(env, "unwrapped", env), "slow_steps", False))}
             finally:
                 env.close()
         return self._probe
@@ -237,32 +323,55 @@ class AgentGymServer:
                 "state": AgentGymState.model_json_schema()}
 
     # ---- sessions -------------------------------------------------------------------------------------------------
-    async def open_session(self) -> _Session:
+    def accept_session(self) -> tuple[_Session, _Session | None]:
+        """A new session, pending until its first reset (no env, no slot), and the pending session it displaces when
+        ``max_sessions`` are already pending: the one pending longest, which the caller closes (``displace``)."""
+        now = time.time()
+        session = _Session(session_id=str(uuid.uuid4()), created_at=now, last_activity_at=now)
+        displaced = None
+        if len(self.pending) >= self.config.max_sessions:
+            displaced = self.pending.pop(next(iter(self.pending)))
+        self.pending[session.session_id] = session
+        return session, displaced
+
+    async def _open(self, session: _Session) -> None:
+        """A pending session's first reset: take a slot and make its env. :class:`SessionRefused` (with the frame to
+        send) when every slot is taken or the env cannot be made; the caller then closes the session."""
         async with self._lock:
             if len(self.sessions) + self._reserved >= self.config.max_sessions:
-                raise CapacityError(f"server at capacity: {self.config.max_sessions} sessions are open")
+                raise SessionRefused(error_frame(
+                    CAPACITY_REACHED, f"server at capacity: {self.config.max_sessions} sessions are open",
+                    active_sessions=len(self.sessions), max_sessions=self.config.max_sessions))
             self._reserved += 1  # the slot is held while the env is made, outside the lock
-        now = time.time()
-        session = _Session(session_id=str(uuid.uuid4()), created_at=now, last_activity_at=now,
-                           executor=ThreadPoolExecutor(max_workers=1, thread_name_prefix="session"))
+            self.pending.pop(session.session_id, None)
+        if self.config.offload or self.probe()["slow_steps"]:
+            session.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="session")
         try:
-            session.env = await self._call(session, "make", self.make_env)
-        except BaseException:
+            # made on a thread either way (making an env may read data files); in the session's own when it has one
+            session.env = await self._call(session if session.executor else None, "make", self.make_env)
+        except EnvCallError as e:
+            raise SessionRefused(error_frame(FACTORY_ERROR, str(e), factory_name=self.config.env_id,
+                                             error=e.record)) from None
+        finally:
             async with self._lock:
                 self._reserved -= 1
-            session.executor.shutdown(wait=False)
-            raise
-        async with self._lock:
-            self._reserved -= 1
-            self.sessions[session.session_id] = session
+                if session.env is not None:
+                    self.sessions[session.session_id] = session
+            if session.env is None and session.executor is not None:
+                session.executor.shutdown(wait=False)
         logger.info("session %s opened (%d open)", session.session_id, len(self.sessions))
-        return session
 
     async def close_session(self, session: _Session) -> None:
+        self.pending.pop(session.session_id, None)
         async with self._lock:
             if self.sessions.pop(session.session_id, None) is None:
                 return
-        if session.env is not None:
+        if session.executor is None:  # a fast env, called inline
+            try:
+                session.env.close()
+            except Exception as e:  # noqa: BLE001 - a failing close must not keep the slot
+                logger.warning("session %s: env.close() failed: %r", session.session_id, e)
+        else:
             # Queued behind any env call still running in the session's thread (a step past its time limit), so
             # the env is closed in the thread that made it, whenever that call returns.
             fut = session.executor.submit(session.env.close)
@@ -271,16 +380,18 @@ class AgentGymServer:
                     await asyncio.wait_for(asyncio.wrap_future(fut), timeout=5.0)
                 except Exception as e:  # noqa: BLE001 - a failing close must not keep the slot
                     logger.warning("session %s: env.close() failed or timed out: %r", session.session_id, e)
-        session.executor.shutdown(wait=False)
+            session.executor.shutdown(wait=False)
         logger.info("session %s closed (%d open)", session.session_id, len(self.sessions))
 
     async def close_all(self) -> None:
         for session in list(self.sessions.values()):
             await self.close_session(session)
+        self.pending.clear()
         self._stateless.shutdown(wait=False)
 
     async def _call(self, session: _Session | None, stage: str, fn: Callable, *args) -> Any:
-        """Run an env call in the session's thread (or the stateless pool), bounded by the step timeout."""
+        """Run an env call in the session's thread (or the shared pool when ``session`` is None), bounded by the
+        step timeout."""
         loop = asyncio.get_running_loop()
         executor = session.executor if session is not None else self._stateless
         fut = loop.run_in_executor(executor, fn, *args)
@@ -289,6 +400,16 @@ class AgentGymServer:
             raise EnvCallError(stage, None, timeout_s=self.config.step_timeout_s)
         try:
             return fut.result()
+        except Exception as e:  # noqa: BLE001 - any env exception is an env failure, typed for the client
+            self._log_fault(stage, e)
+            raise EnvCallError(stage, e) from e
+
+    async def _session_call(self, session: _Session, stage: str, fn: Callable, *args) -> Any:
+        """An env call of a session: on its thread when it has one, else inline (a fast env: no thread hop)."""
+        if session.executor is not None:
+            return await self._call(session, stage, fn, *args)
+        try:
+            return fn(*args)
         except Exception as e:  # noqa: BLE001 - any env exception is an env failure, typed for the client
             self._log_fault(stage, e)
             raise EnvCallError(stage, e) from e
@@ -307,15 +428,25 @@ class AgentGymServer:
 
     # ---- the session protocol ---------------------------------------------------------------------------------------
     def decode(self, raw: str | bytes, what: str = "the frame") -> Any:
-        """A message or body as JSON, within the server's depth and number bounds; :class:`ProtocolError` says why
-        not (it never recurses on the input, so no nesting can crash it)."""
+        """A message or body as JSON, within the server's depth and number bounds, whose strings are all Unicode
+        text (no lone surrogate, escaped or not); :class:`ProtocolError` says why not, naming where (it never
+        recurses on the input's nesting beyond the depth bound, so no nesting can crash it)."""
         data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-        return decode_json_body(data, self.config.max_json_depth, max_number_chars=MAX_NUMBER_CHARS, what=what,
-                                finite=True)
+        value = decode_json_body(data, self.config.max_json_depth, max_number_chars=MAX_NUMBER_CHARS, what=what,
+                                 finite=True)
+        # Raw UTF-8 cannot hold a surrogate (the decoder above refuses it): only an escape can make one, so the walk
+        # runs only for a message that has one (a valid pair is an escape too, and passes the walk).
+        if _SURROGATE_ESCAPE.search(data):
+            where = lone_surrogate_path(value)
+            if where is not None:
+                raise ProtocolError(f"{what} holds a lone UTF-16 surrogate at {where}: not Unicode text (a surrogate "
+                                    "escape such as \\ud800 must be one of a pair)", 400)
+        return value
 
     async def handle(self, session: _Session, raw: str | bytes) -> dict[str, Any] | None:
         """Answer one client frame (text, or binary UTF-8); None for ``close``. Raises :class:`EnvCallError` only
-        for a timed-out call (the session must end); every other problem is an error frame and the session stays."""
+        for a timed-out call, and :class:`SessionRefused` when a first reset cannot open the session (the session
+        must end); every other problem is an error frame and the session stays."""
         session.last_activity_at = time.time()
         try:
             message = self.decode(raw)
@@ -356,8 +487,17 @@ class AgentGymServer:
 
     async def _reset(self, session: _Session, req: ResetRequest) -> dict[str, Any]:
         options = _reset_options(req)
+        if session.env is None:
+            await self._open(session)
+        in_episode, task = session.in_episode, getattr(session.env, "task", None)
         session.in_episode = False
-        data = await self._call(session, "reset", _reset_call, session.env, req.seed, options)
+        try:
+            data = await self._session_call(session, "reset", _reset_call, session.env, req.seed, options)
+        except EnvCallError as e:
+            # a reset the env refused before touching its episode (an unknown task): that episode plays on
+            if e.client_error and getattr(session.env, "task", None) is task:
+                session.in_episode = in_episode
+            raise
         session.episode_id = req.episode_id or str(uuid.uuid4())
         session.step_count = 0
         session.in_episode = True
@@ -368,7 +508,7 @@ class AgentGymServer:
             why = "no episode in progress" if session.episode_id is None else "the episode has ended"
             return error_frame(EXECUTION_ERROR, f"{why}: send a reset first")
         try:
-            data = await self._call(session, "step", _step_call, session.env, action.action)
+            data = await self._session_call(session, "step", _step_call, session.env, action.action)
         except EnvCallError:
             session.in_episode = False  # an env that raised mid-step is not stepped again before a reset
             raise

@@ -23,7 +23,7 @@ import pytest
 
 openenv = pytest.importorskip("openenv", reason="openenv's client runs in its own venv (.ci/run: .ci-openenv-venv "
                                                 "with openenv 0.10, .ci-verifiers-venv with openenv 0.4.1)")
-pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
+pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
 
 import agentgym  # noqa: E402
 from agentgym.serve import LocalServer  # noqa: E402

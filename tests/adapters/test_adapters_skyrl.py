@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-skyrl_gym = pytest.importorskip("skyrl_gym", reason="the SkyRL-Gym registration needs: pip install 'agentgym[skyrl]'")
+skyrl_gym = pytest.importorskip("skyrl_gym", reason="the SkyRL-Gym registration needs: pip install -e '.[skyrl]'")
 
 import agentgym  # noqa: E402
 from adapters import skyrl as sk  # noqa: E402

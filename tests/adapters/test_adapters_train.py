@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-pytest.importorskip("trl", reason="agentgym train needs the 'trl' extra: pip install 'agentgym[trl]'")
+pytest.importorskip("trl", reason="agentgym train needs the 'trl' extra: pip install -e '.[trl]'")
 
 from adapters.train import TrainSettings, main, parse_settings  # noqa: E402
 from agentgym import cli  # noqa: E402

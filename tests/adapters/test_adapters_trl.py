@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 
-pytest.importorskip("trl", reason="the TRL adapter needs the 'trl' extra: pip install 'agentgym-kit[trl]'")
+pytest.importorskip("trl", reason="the TRL adapter needs the 'trl' extra: pip install -e '.[trl]'")
 torch = pytest.importorskip("torch")
 
 import estimators  # noqa: E402

@@ -19,7 +19,7 @@ import os
 
 import pytest
 
-pytest.importorskip("trl", reason="the TRL bridge needs the 'trl' extra: pip install 'agentgym[trl]'")
+pytest.importorskip("trl", reason="the TRL bridge needs the 'trl' extra: pip install -e '.[trl]'")
 torch = pytest.importorskip("torch")
 
 import agentgym  # noqa: E402

@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("verifiers.v1", reason="verifiers runs in its own venv (.ci/run: .ci-verifiers-venv)")
 pytest.importorskip("openenv", reason="verifiers[openenv] brings openenv 0.4.1")
-pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
+pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
 
 import agentgym  # noqa: E402
 from agentgym.serve import LocalServer  # noqa: E402

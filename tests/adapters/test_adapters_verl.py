@@ -47,7 +47,7 @@ def test_adapters_verl_plugin_registers_in_fresh_interpreter():
 
 
 def test_adapters_verl_plugin_loads_through_the_installed_entry_point():
-    """``pip install agentgym[verl]`` declares the ``verl.plugins`` entry point: a plain ``import verl`` (no env
+    """``pip install "agentgym-kit[verl]"`` declares the ``verl.plugins`` entry point: a plain ``import verl`` (no env
     variable) registers everything, and ``VERL_USE_EXTERNAL_PLUGINS=none`` turns it off."""
     from importlib.metadata import entry_points
 

@@ -31,7 +31,7 @@ import logging
 
 import pytest
 
-pytest.importorskip("trl", reason="needs the 'trl' extra: pip install 'agentgym-kit[trl]'")
+pytest.importorskip("trl", reason="needs the 'trl' extra: pip install -e '.[trl]'")
 
 SPLIT = "gen-depth1"
 #: the first 8 goal items of gen-depth1 whose oracle plan fits 3 turns (the lab's textcraft-d1 training tasks;

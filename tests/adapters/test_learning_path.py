@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-pytest.importorskip("transformers", reason="needs the 'trl' extra: pip install 'agentgym[trl]'")
+pytest.importorskip("transformers", reason="needs the 'trl' extra: pip install -e '.[trl]'")
 
 import agentgym  # noqa: E402
 from agentgym.context import ContextForm, policy_context  # noqa: E402

@@ -15,14 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("alfworld", reason="pip install 'agentgym[alfworld]'")
-pytest.importorskip("textworld", reason="pip install 'agentgym[alfworld]'")
-pytest.importorskip("fast_downward", reason="pip install 'agentgym[alfworld]'")
+pytest.importorskip("alfworld", reason="pip install -e '.[alfworld]'")
+pytest.importorskip("textworld", reason="pip install -e '.[alfworld]'")
+pytest.importorskip("fast_downward", reason="pip install -e '.[alfworld]'")
 
 import agentgym  # noqa: E402
 from agentgym.envs.alfworld.env import ALFWorldEnv  # noqa: E402
 from agentgym.envs.alfworld.games import generated_game  # noqa: E402
-from agentgym.envs.alfworld.generate import generate_game, main as generate_main, write_game  # noqa: E402
+from agentgym.envs.alfworld.cli import main as generate_main  # noqa: E402
+from agentgym.envs.alfworld.generate import generate_game, write_game  # noqa: E402
 from agentgym.envs.alfworld.scenes import FAMILIES  # noqa: E402
 from agentgym.errors import DataNotFoundError, TaskError  # noqa: E402
 

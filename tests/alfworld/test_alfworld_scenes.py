@@ -62,7 +62,7 @@ def test_pddl_problem_shape():
         assert "_bar_SinkBasin - receptacle" in text
 
 
-@pytest.mark.skipif(importlib.util.find_spec("alfworld") is None, reason="pip install 'agentgym[alfworld]'")
+@pytest.mark.skipif(importlib.util.find_spec("alfworld") is None, reason="pip install -e '.[alfworld]'")
 def test_vocabulary_matches_alfred_constants():
     import alfworld.gen.constants as c
 

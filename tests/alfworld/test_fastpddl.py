@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("alfworld", reason="pip install 'agentgym[alfworld]'")
-pytest.importorskip("textworld", reason="pip install 'agentgym[alfworld]'")
-pytest.importorskip("fast_downward", reason="pip install 'agentgym[alfworld]'")
+pytest.importorskip("alfworld", reason="pip install -e '.[alfworld]'")
+pytest.importorskip("textworld", reason="pip install -e '.[alfworld]'")
+pytest.importorskip("fast_downward", reason="pip install -e '.[alfworld]'")
 
 from textworld.envs.pddl import logic as pddl_logic  # noqa: E402
 

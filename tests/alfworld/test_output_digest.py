@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("alfworld", reason="pip install 'agentgym[alfworld]'")
-pytest.importorskip("textworld", reason="pip install 'agentgym[alfworld]'")
-pytest.importorskip("fast_downward", reason="pip install 'agentgym[alfworld]'")
+pytest.importorskip("alfworld", reason="pip install -e '.[alfworld]'")
+pytest.importorskip("textworld", reason="pip install -e '.[alfworld]'")
+pytest.importorskip("fast_downward", reason="pip install -e '.[alfworld]'")
 
 GAMES = [f"gen-{i}" for i in range(6)]  # gen-i has family FAMILIES[i % 6]: one game per family
 RANDOM_STEPS = 25

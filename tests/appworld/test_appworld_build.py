@@ -12,7 +12,7 @@ from appworld_gate import appworld_venv  # noqa: F401  (every test needs the ven
 
 def test_a_damaged_build_is_rebuilt_to_the_same_manifest(tmp_path, caplog):
     """A build of a few tasks (static and generated ones, of six apps), built in two installs at two times, hashes
-    the same; in the second, one base database written to (as a SQLite write would) is refused
+    the same (and reports its progress task by task); in the second, one base database written to (as a SQLite write would) is refused
     and built again, to the same manifest."""
     from agentgym.envs.appworld.install import AppWorldInstall, require_install
     from agentgym.envs.appworld.tasks import ensure_build, load_tasks, verify_build
@@ -22,8 +22,12 @@ def test_a_damaged_build_is_rebuilt_to_the_same_manifest(tmp_path, caplog):
     assert len(few) == len(wanted)
     shared = require_install()
     first = AppWorldInstall(root=tmp_path / "a", python=shared.python, version=shared.version)
-    build = ensure_build(first, few)
+    reports = []
+    build = ensure_build(first, few, progress=reports.append)
     assert verify_build(build) is None
+    # The builder's progress, read from its output while it runs: the base databases, then one report per task.
+    assert [(r.step, r.done, r.total) for r in reports] == [("build tasks", i, len(few)) for i in range(len(few) + 1)]
+    assert sorted(r.detail for r in reports[1:]) == sorted(wanted)
     second = AppWorldInstall(root=tmp_path / "b", python=shared.python, version=shared.version)
     shutil.copytree(build.root, second.builds_dir / build.root.name)
     db = second.builds_dir / build.root.name / "world" / "data" / "base_dbs" / "simple_note.db"

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from agentgym.envs.appworld.env import FAILURE_MARKER, is_failure, scenario_goal_completion
+from agentgym.envs.appworld.env import FAILURE_MARKER, is_failure
 from agentgym.envs.appworld.tasks import load_tasks, scenario_of, split_tasks
 
 
@@ -116,11 +116,6 @@ def test_scenario_goal_completion():
     res = [("a_1", True), ("a_2", True), ("b_1", True), ("b_2", False)]
     assert sgc([{"scenario_id": scenario_of(t), "won": w} for t, w in res]) == (0.5, 2)
     assert sgc([]) is None
-    # The env's old name is a deprecated shim over it (its own old empty result kept for one release).
-    with pytest.warns(DeprecationWarning, match="eval.summary.scenario_goal_completion"):
-        assert scenario_goal_completion(res) == 0.5
-    with pytest.warns(DeprecationWarning):
-        assert scenario_goal_completion([]) == 0.0
 
 
 def test_setup_root_is_found_afterwards(tmp_path, monkeypatch):

@@ -3,8 +3,8 @@
 The canonical env runs in a child process (:mod:`alfworld_canonical`, stock alfworld/textworld, no agentgym), built
 from alfworld's ``base_config.yaml`` with ``$ALFWORLD_DATA`` pointing at a folder of games in ALFWorld's layout
 (``json_2.1.1/train/<task>/<trial>/``). At every reset the canonical env picks the game (its own shuffled cycle) and
-agentgym plays the same file (``reset(options={"game": ...})``); at every step both get the same command, agentgym
-inside ``<action>...</action>`` as a policy writes it, and these must be equal:
+agentgym plays the same file (``reset(options={"task_id": "file:<path>"})``); at every step both get the same command,
+agentgym inside ``<action>...</action>`` as a policy writes it, and these must be equal:
 
 * the observation text (the reset text too),
 * the admissible commands: the engine's full list, and ``info["admissible_actions"]`` = that list without ``help``
@@ -289,7 +289,7 @@ def run_lockstep(data_root: Path, config: Path, *, episodes: int, seed: int, max
             if "error" in c:
                 report.canonical_errors.append({"where": f"episode {ep} reset", "error": c["error"]})
                 break
-            obs, info = env.reset(options={"game": c["gamefile"]})
+            obs, info = env.reset(options={"task_id": f"file:{c['gamefile']}"})
             report.reset_s += time.monotonic() - tr
             report.episodes += 1
             report.games.add(c["gamefile"])

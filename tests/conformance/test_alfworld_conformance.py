@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("alfworld", reason="pip install 'agentgym[alfworld]'")
-pytest.importorskip("textworld", reason="pip install 'agentgym[alfworld]'")
-pytest.importorskip("fast_downward", reason="pip install 'agentgym[alfworld]'")
+pytest.importorskip("alfworld", reason="pip install -e '.[alfworld]'")
+pytest.importorskip("textworld", reason="pip install -e '.[alfworld]'")
+pytest.importorskip("fast_downward", reason="pip install -e '.[alfworld]'")
 pytest.importorskip("yaml", reason="the canonical side reads alfworld's YAML config: pip install pyyaml")
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # the driver sits beside this file (whatever import mode)

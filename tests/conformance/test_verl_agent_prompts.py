@@ -1,234 +1,117 @@
-"""``prompt_style="verl-agent"``: every prompt byte-equal to the one verl-agent's environment managers would build.
+"""``prompt_style="verl-agent"``: every prompt byte-equal to the one verl-agent's environment managers build.
 
-The reference is verl-agent's own prompt files (``verl_agent_prompts/``, verbatim, checked by git blob id; see its
-README) filled by a transcription of verl-agent's code, written here independently of agentgym's: the managers'
-``build_text_obs`` (``agent_system/environments/env_manager.py``), the memories' ``fetch``
-(``agent_system/memory/memory.py``), the action projections (``env_package/*/projection.py``) and the search tool's
-result text. Each real episode (ALFWorld, WebShop, WikiSearch) mixes well-formed responses with upper-case ones and
-responses without a tag, and every step's prompt is compared with the transcription's, which sees only what
-verl-agent's manager sees: the env's raw observations, its admissible lists and the raw responses.
+The reference is verl-agent's own code, run from ``shared/reference`` (:mod:`upstream` loads it; nothing of it is
+copied here): its prompt modules at ``796ed310`` and, for ``verl-agent-gigpo``, the ALFWorld module at ``7b68c51``;
+its ``AlfWorldEnvironmentManager``, ``WebshopEnvironmentManager`` and ``SearchEnvironmentManager``
+(``env_manager.py``) with their memories (``memory/memory.py``) and action projections (``env_package/*/
+projection.py``). Each real episode (ALFWorld, WebShop, WikiSearch) mixes well-formed responses with upper-case
+ones and responses without a tag, and every step's prompt is compared with the one verl-agent's manager builds from
+what it sees: the env's raw observations, its admissible lists and the raw responses, passed through verl-agent's
+vectorised-env interface (:class:`OneEnv`). The reference files are checked by git blob id first.
 """
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import importlib.util
 import json
 import re
-from pathlib import Path
+from functools import partial
 
 import pytest
 
 import agentgym
+import upstream
 from agentgym.prompts import PROMPT_STYLES, verl_agent_action
+from upstream import VERL_AGENT_GIGPO as GIGPO
+from upstream import VERL_AGENT_HEAD as HEAD
 
-FIXTURES = Path(__file__).parent / "verl_agent_prompts"
-HEAD, GIGPO = "796ed310", "7b68c51"
-#: fixture file -> its git blob id in langfengQ/verl-agent (see verl_agent_prompts/README.md).
-BLOBS = {
-    f"{HEAD}/alfworld.py.txt": "6f7244534d1988b3f22988e1f14282cf59d6cd24",
-    f"{HEAD}/webshop.py.txt": "8677ba0393c46406fab80e56da1d2832b72b7498",
-    f"{HEAD}/search.py.txt": "4f0b4ff471b6440be36b814617df60df3ac379dc",
-    f"{GIGPO}/alfworld.py.txt": "f754f27f2f24fad233f496b25dab2ed21dd6bef5",
-}
 COMMIT_OF_STYLE = {"verl-agent": HEAD, "verl-agent-gigpo": GIGPO}
+#: reference file -> its git blob id in langfengQ/verl-agent (shared/reference/README.md gives the commits).
+BLOBS = {
+    f"{HEAD}/agent_system/environments/prompts/alfworld.py": "6f7244534d1988b3f22988e1f14282cf59d6cd24",
+    f"{HEAD}/agent_system/environments/prompts/webshop.py": "8677ba0393c46406fab80e56da1d2832b72b7498",
+    f"{HEAD}/agent_system/environments/prompts/search.py": "4f0b4ff471b6440be36b814617df60df3ac379dc",
+    f"{GIGPO}/agent_system/environments/prompts/alfworld.py": "f754f27f2f24fad233f496b25dab2ed21dd6bef5",
+    f"{HEAD}/agent_system/environments/env_manager.py": "ab09dffc5fa880781f6fb3d7345ee83fe7dd09a2",
+    f"{HEAD}/agent_system/memory/memory.py": "06de8cc82f2f44d6d30d7c2d66a0f9db5dda1676",
+    f"{HEAD}/agent_system/environments/env_package/alfworld/projection.py":
+        "fbf2f792823f352a96af14c1c62d574323a73319",
+    f"{HEAD}/agent_system/environments/env_package/webshop/projection.py":
+        "63a84176639c632427684f8689d23e5ee565798f",
+    f"{HEAD}/agent_system/environments/env_package/search/projection.py":
+        "3ce7039d96f0517809371a93918be656de387713",
+}
 
 
-def upstream_templates(commit: str, env: str) -> dict[str, str]:
-    """The module-level string constants of verl-agent's ``prompts/<env>.py`` at ``commit`` (read, not executed)."""
-    if env != "alfworld":
-        commit = HEAD  # the WebShop and search files are the same blob at both commits
-    tree = ast.parse((FIXTURES / commit / f"{env}.py.txt").read_text(encoding="utf-8"))
-    return {node.targets[0].id: node.value.value for node in tree.body
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)}
+@pytest.fixture(scope="module")
+def verl_agent():
+    """verl-agent's code with the prompts of each commit: {commit: upstream.VerlAgent}."""
+    return {commit: upstream.load_verl_agent(commit) for commit in (HEAD, GIGPO)}
 
 
 @pytest.mark.parametrize("name, blob", sorted(BLOBS.items()))
-def test_the_fixture_files_are_verl_agents_own(name, blob):
-    data = (FIXTURES / name).read_bytes()
-    assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == blob, f"{name} is not upstream's file"
+def test_the_reference_files_are_verl_agents_own(name, blob):
+    path = upstream.require(f"verl-agent/{name}") / "verl-agent" / name
+    assert upstream.git_blob_id(path) == blob, f"{path} is not upstream's file"
 
 
-def test_the_two_alfworld_commits_differ_by_the_typo_only():
-    head, old = upstream_templates(HEAD, "alfworld"), upstream_templates(GIGPO, "alfworld")
-    assert "observaitons" in old["ALFWORLD_TEMPLATE"] and "observaitons" not in head["ALFWORLD_TEMPLATE"]
-    assert old["ALFWORLD_TEMPLATE"].replace("observaitons", "observations") == head["ALFWORLD_TEMPLATE"]
-    assert old["ALFWORLD_TEMPLATE_NO_HIS"] == head["ALFWORLD_TEMPLATE_NO_HIS"]
+def test_the_two_alfworld_commits_differ_by_the_typo_only(verl_agent):
+    head, old = verl_agent[HEAD].prompts, verl_agent[GIGPO].prompts
+    assert "observaitons" in old.ALFWORLD_TEMPLATE and "observaitons" not in head.ALFWORLD_TEMPLATE
+    assert old.ALFWORLD_TEMPLATE.replace("observaitons", "observations") == head.ALFWORLD_TEMPLATE
+    assert old.ALFWORLD_TEMPLATE_NO_HIS == head.ALFWORLD_TEMPLATE_NO_HIS
+    assert old.WEBSHOP_TEMPLATE == head.WEBSHOP_TEMPLATE and old.SEARCH_TEMPLATE == head.SEARCH_TEMPLATE
 
 
-# ---- a transcription of verl-agent's code (796ed310) --------------------------------------------------------
-def simple_memory_fetch(records: list[dict], history_length: int, obs_key: str, action_key: str):
-    """``SimpleMemory.fetch`` for one env: (memory context, valid length)."""
-    recent = records[-history_length:]
-    valid_len = len(recent)
-    start_idx = len(records) - valid_len
-    lines = []
-    for j, rec in enumerate(recent):
-        step_num = start_idx + j + 1
-        lines.append(f"[Observation {step_num}: '{rec[obs_key]}', Action {step_num}: '{rec[action_key]}']")
-    return "\n".join(lines), valid_len
+# ---- verl-agent's vectorised-env interface over one agentgym episode ------------------------------------------
+class OneEnv:
+    """What verl-agent's managers call on their vectorised envs (``reset``, ``step``, ALFWorld's
+    ``get_admissible_commands``), for one agentgym env. ``step`` is handed the manager's projected actions; it steps
+    the agentgym env with the raw response the test set in ``response`` (as a policy would send it) and records the
+    projected action, so the test can check that the env played what verl-agent's projection made of it.
+
+    ``kind`` says which env's return shapes to give: ``alfworld`` (text, image, [rewards,] dones, infos), ``webshop``
+    (the raw page text; ``available_actions`` in each info), ``search`` (the question, then the search tool's
+    observation of the projected action: ``tool``)."""
+
+    def __init__(self, env, kind: str, options: dict, tool=None):
+        self.env, self.kind, self.options, self.tool = env, kind, options, tool
+        self.response: str | None = None
+        self.projected: list[str] = []
+        self.done = False
+        self.get_admissible_commands: list[list[str]] = []
+
+    def reset(self, kwargs=None):
+        obs, info = self.env.reset(options=self.options)
+        if self.kind == "alfworld":
+            self.get_admissible_commands = [list(self.env._state.admissible)]
+            return [obs], None, [{}]
+        if self.kind == "webshop":
+            return [obs], [{"available_actions": info["available_actions"]}]
+        return [self.env.task.question], [{}]
+
+    def step(self, actions):
+        self.projected.append(actions[0])
+        obs, reward, term, trunc, info = self.env.step(self.response)
+        self.done = term or trunc
+        infos = [{"won": info["won"]}]
+        if self.kind == "alfworld":
+            self.get_admissible_commands = [list(self.env._state.admissible)]
+            return [obs], None, [reward], [self.done], infos
+        if self.kind == "webshop":
+            infos[0]["available_actions"] = info["available_actions"]
+            return [obs], [reward], [self.done], infos
+        return [self.tool(actions[0])], [reward], [self.done], infos
 
 
-def search_memory_fetch(records: list[dict], history_length: int, obs_key: str, action_key: str):
-    """``SearchMemory.fetch`` for one env."""
-    recent = records[-history_length:]
-    valid_len = len(recent)
-    start_idx = len(records) - valid_len
-    lines = []
-    for j, rec in enumerate(recent):
-        step_num = start_idx + j + 1
-        lines.append(f"Step {step_num}:{rec[action_key]} {rec[obs_key]}\n")
-    return "\n".join(lines), valid_len
-
-
-def tag_projection(action: str, tail: int) -> str:
-    """The action of ``alfworld_projection`` (tail 30) / ``webshop_projection`` (tail 20) for one response."""
-    action = action.lower()
-    start_idx, end_idx = action.find("<action>"), action.find("</action>")
-    if start_idx == -1 or end_idx == -1:
-        return action[-tail:]
-    return action[start_idx + len("<action>"):end_idx].strip().lower()
-
-
-def search_projection(action: str) -> str:
-    """The result of ``search_projection`` for one response."""
-    if "</search>" in action:
-        trimmed = action.split("</search>", 1)[0] + "</search>"
-    elif "</answer>" in action:
-        trimmed = action.split("</answer>", 1)[0] + "</answer>"
-    else:
-        trimmed = action
-    m = re.compile(r"<search>(.*?)</search>", re.IGNORECASE | re.DOTALL).search(trimmed)
-    if m:
-        return f"<search>{m.group(1).strip()}</search>"
-    m = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL).search(trimmed)
-    return f"<answer>{m.group(1).strip()}</answer>" if m else ""
-
-
+# ---- the search tool's observation (not in shared/reference) ---------------------------------------------------
 def search_observation(contents: list[str]) -> str:
-    """The search env's observation of a search whose one result list has these documents' ``contents``:
-    ``_passages2string`` of it, ``"\\n---\\n".join``-ed over the (one) query, ``json.dumps({"result": ...})``,
-    wrapped by ``SearchEnv._execute_tool``, stripped by ``SearchMultiProcessEnv._sync_step``."""
-    formatted = "".join(f"Doc {idx + 1}: {c.strip()}\n" for idx, c in enumerate(contents))
-    tool_output = json.dumps({"result": "\n---\n".join([formatted])})
-    return ("\n<information>" + tool_output + "</information>\n").strip()
-
-
-class AlfWorldManager:
-    """``AlfWorldEnvironmentManager`` for one env."""
-
-    def __init__(self, templates: dict[str, str], history_length: int):
-        self.t, self.history_length = templates, history_length
-
-    def reset(self, text_obs: str, admissible: list[str]) -> str:
-        self.memory: list[dict] = []
-        self.pre_text_obs = text_obs
-        task_start = text_obs.find("Your task is to: ")
-        assert task_start != -1
-        self.task = text_obs[task_start + len("Your task is to: "):].strip()
-        return self.build_text_obs(text_obs, admissible, init=True)
-
-    def step(self, response: str, text_obs: str, admissible: list[str]) -> str:
-        self.memory.append({"text_obs": self.pre_text_obs, "action": tag_projection(response, 30)})
-        self.pre_text_obs = text_obs
-        return self.build_text_obs(text_obs, admissible)
-
-    def build_text_obs(self, text_obs: str, admissible: list[str], init: bool = False) -> str:
-        if not init and self.history_length > 0:
-            memory_context, valid_len = simple_memory_fetch(self.memory, self.history_length, "text_obs", "action")
-        reformatted_admissible_actions = "\n ".join(f"'{s}'" for s in admissible if s != "help")
-        if init or self.history_length <= 0:
-            return self.t["ALFWORLD_TEMPLATE_NO_HIS"].format(current_observation=text_obs,
-                                                             admissible_actions=reformatted_admissible_actions)
-        return self.t["ALFWORLD_TEMPLATE"].format(
-            task_description=self.task, step_count=len(self.memory), history_length=valid_len,
-            action_history=memory_context, current_step=len(self.memory) + 1, current_observation=text_obs,
-            admissible_actions=reformatted_admissible_actions)
-
-
-class WebshopManager:
-    """``WebshopEnvironmentManager`` for one env (``available`` is WebShop's ``get_available_actions()``)."""
-
-    def __init__(self, templates: dict[str, str], history_length: int):
-        self.t, self.history_length = templates, history_length
-
-    def reset(self, raw_obs: str, available: dict) -> str:
-        parts = raw_obs.split(" [SEP] ")
-        assert parts[1] == "Instruction:"
-        self.task = parts[2]
-        obs = self.format_obs(raw_obs)
-        text = self.build_text_obs(obs, available, init=True)
-        self.pre_text_obs = obs
-        self.memory: list[dict] = []
-        return text
-
-    def step(self, response: str, raw_obs: str, available: dict) -> str:
-        obs = self.format_obs(raw_obs)
-        self.memory.append({"text_obs": self.pre_text_obs, "action": tag_projection(response, 20)})
-        self.pre_text_obs = obs
-        return self.build_text_obs(obs, available)
-
-    def format_obs(self, text_obs: str) -> str:
-        parts = text_obs.split(" [SEP] ")
-        try:
-            index = parts.index(self.task)
-            return " [SEP] ".join(f"'{p}'" for p in parts[index + 1:])
-        except ValueError:
-            return text_obs
-
-    @staticmethod
-    def format_avail_actions(avail: dict) -> list[str]:
-        for key in avail:
-            assert key in ("has_search_bar", "clickables")
-        actions = ["search[<your query>]"] if avail["has_search_bar"] else []
-        return actions + [f"click[{txt}]" for txt in avail["clickables"]]
-
-    def build_text_obs(self, text_obs: str, available: dict, init: bool = False) -> str:
-        if not init and self.history_length > 0:
-            memory_context, valid_len = simple_memory_fetch(self.memory, self.history_length, "text_obs", "action")
-        reformatted = "\n".join(f"'{s}'," for s in self.format_avail_actions(available))
-        first = self.t["WEBSHOP_TEMPLATE_NO_HIS"].format(task_description=self.task, current_observation=text_obs,
-                                                         available_actions=reformatted)
-        if init or self.history_length <= 0:
-            return first
-        obs = self.t["WEBSHOP_TEMPLATE"].format(
-            task_description=self.task, step_count=len(self.memory), history_length=valid_len,
-            action_history=memory_context, current_step=len(self.memory) + 1, current_observation=text_obs,
-            available_actions=reformatted)
-        return first if len(obs) > 13000 else obs
-
-
-class SearchManager:
-    """``SearchEnvironmentManager`` for one env, with the search env's observation of each projected action
-    (``SearchEnv.step`` + ``SearchToolGroup.search`` + ``SearchMultiProcessEnv._sync_step``) computed from
-    ``retrieve(query) -> [contents]``."""
-
-    def __init__(self, templates: dict[str, str], history_length: int, retrieve):
-        self.t, self.history_length, self.retrieve = templates, history_length, retrieve
-
-    def reset(self, question: str) -> str:
-        self.task = question
-        self.memory: list[dict] = []
-        return self.t["SEARCH_TEMPLATE_NO_HIS"].format(task_description=self.task)
-
-    def env_observation(self, action: str) -> str:
-        if "<answer>" in action and "</answer>" in action:
-            return ""  # done: no observation
-        m = re.search(r"<search>(.*?)</search>", action, re.DOTALL) if "<search>" in action and \
-            "</search>" in action else None
-        if m is None:
-            return ""  # search(None) -> "" -> no observation
-        return search_observation(self.retrieve(m.group(1).strip()))
-
-    def step(self, response: str) -> str:
-        action = search_projection(response)
-        self.memory.append({"search": action, "information": self.env_observation(action)})
-        if self.history_length <= 0:
-            return self.t["SEARCH_TEMPLATE_NO_HIS"].format(task_description=self.task)
-        memory_ctx, _ = search_memory_fetch(self.memory, self.history_length, "information", "search")
-        return self.t["SEARCH_TEMPLATE"].format(task_description=self.task, memory_context=memory_ctx,
-                                                step_count=len(self.memory))
+    """The observation verl-agent's search env gives for one search whose result list has these documents'
+    ``contents``, as its search tool formats it (``env_package/search``, not staged in shared/reference, so stated
+    here): each document as ``Doc <i>: <contents stripped>`` plus a newline, concatenated; the text as
+    ``json.dumps({"result": text})``; wrapped in ``<information>`` tags between newlines; and stripped."""
+    listing = "".join(f"Doc {i + 1}: {c.strip()}\n" for i, c in enumerate(contents))
+    return ("\n<information>" + json.dumps({"result": listing}) + "</information>\n").strip()
 
 
 # ---- checks without an engine or data -----------------------------------------------------------------------
@@ -236,19 +119,20 @@ class SearchManager:
     "<think>go</think><action>go to cabinet 1</action>", "<action>  Go To Cabinet 1 </action>",
     "no tags at all, just some text that is rather long", "<ACTION>open drawer 1</ACTION>", "</action><action>x",
     "<action>a</action><action>b</action>", "短い", ""])
-def test_the_projection_is_verl_agents(response):
-    assert verl_agent_action(response, 30) == tag_projection(response, 30)
-    assert verl_agent_action(response, 20) == tag_projection(response, 20)
+def test_the_projection_is_verl_agents(verl_agent, response):
+    va = verl_agent[HEAD]
+    assert verl_agent_action(response, 30) == va.alfworld_projection([response], [[]])[0][0]
+    assert verl_agent_action(response, 20) == va.webshop_projection([response])[0][0]
 
 
 @pytest.mark.parametrize("response", [
     "<think>x</think><search> capital of Tanzania </search>", "<SEARCH>q</SEARCH>", "<answer>Dodoma</answer>",
     "<answer>a</answer><search>q</search>", "<search>q</search><answer>a</answer>", "<search>a</search>b</search>",
     "nothing", "<search></search>", "<Answer> x </Answer></answer>"])
-def test_the_search_projection_is_verl_agents(response):
+def test_the_search_projection_is_verl_agents(verl_agent, response):
     from agentgym.envs.wiki_search.env import verl_agent_search_action
 
-    assert verl_agent_search_action(response) == search_projection(response)
+    assert verl_agent_search_action(response) == verl_agent[HEAD].search_projection([response])[0][0]
 
 
 @pytest.mark.parametrize("contents", [[], ['"Pisa"\nPisa is a city in Tuscany.'],
@@ -281,71 +165,99 @@ def _body(response: str) -> str:
     return re.search(r"<action>(.*?)</action>", response, re.DOTALL).group(1)
 
 
+def play_in_lockstep(env, envs: OneEnv, manager, responses, tail: int | None) -> int:
+    """Reset both, then feed each response to verl-agent's manager (which steps the env through ``envs``); every
+    prompt of a running episode must equal the manager's. Returns the number of steps played."""
+    out, _ = manager.reset({})
+    if envs.kind == "alfworld":
+        assert "help" in envs.get_admissible_commands[0]  # the engine lists it; verl-agent's prompt drops it
+    assert env.prompt() == out["text"][0], "reset"
+    steps = 0
+    for step, response in enumerate(responses):
+        envs.response = response
+        out, _, _, _ = manager.step([response])
+        steps += 1
+        if tail is not None:  # what verl-agent's projection made of the response is what the prompt's history shows
+            assert envs.projected[-1] == verl_agent_action(response, tail), f"step {step + 1}"
+        if envs.done:
+            break
+        assert env.prompt() == out["text"][0], f"step {step + 1}"
+    return steps
+
+
 @pytest.mark.parametrize("style, history_length", [("verl-agent", 2), ("verl-agent-gigpo", 2), ("verl-agent", 3),
                                                    ("verl-agent", 0)])
-def test_alfworld_every_step(style, history_length):
+def test_alfworld_every_step(verl_agent, style, history_length):
     for mod in ("alfworld", "textworld", "fast_downward"):
         if importlib.util.find_spec(mod) is None:
             pytest.skip(f"the ALFWorld engine needs {mod}: pip install -e '.[alfworld]'")
+    va = verl_agent[COMMIT_OF_STYLE[style]]
     env = agentgym.make("ALFWorld-v0", prompt_style=style, history_length=history_length)
-    manager = AlfWorldManager(upstream_templates(COMMIT_OF_STYLE[style], "alfworld"), history_length)
-    obs, _ = env.reset(options={"task_id": "gen-4"})
-    assert "help" in env._state.admissible  # the engine lists it; verl-agent's prompt drops it
-    assert env.prompt() == manager.reset(obs, list(env._state.admissible))
-    for step in range(12):
-        response = responses_for(env, step)
-        obs, _, term, trunc, _ = env.step(response)
-        expected = manager.step(response, obs, list(env._state.admissible))
-        if term or trunc:
-            break
-        assert env.prompt() == expected, f"step {step + 1}"
-    assert env.turn >= 4
+    envs = OneEnv(env, "alfworld", {"task_id": "gen-4"})
+    manager = va.env_manager.AlfWorldEnvironmentManager(envs, partial(va.alfworld_projection),
+                                                        upstream.verl_agent_config(history_length))
+
+    class Responses:  # generated as the episode goes: the oracle's next command depends on the state
+        def __iter__(self):
+            for step in range(12):
+                yield responses_for(env, step)
+
+    assert play_in_lockstep(env, envs, manager, Responses(), 30) >= 4
 
 
 @pytest.mark.parametrize("style, history_length", [("verl-agent", 2), ("verl-agent-gigpo", 4)])
-def test_webshop_every_step(shared_data, style, history_length):
+def test_webshop_every_step(verl_agent, shared_data, style, history_length):
     if not (shared_data / "webshop" / "documents_1k.jsonl").exists():
         pytest.skip("WebShop's catalogue (webshop/documents_1k.jsonl) is not in the shared data")
+    va = verl_agent[COMMIT_OF_STYLE[style]]
     env = agentgym.make("WebShop-v0", prompt_style=style, history_length=history_length)
     assert env.observation_mode == "text"  # WebShop's raw text: what verl-agent's manager formats itself
-    manager = WebshopManager(upstream_templates(COMMIT_OF_STYLE[style], "webshop"), history_length)
-    obs, info = env.reset(options={"task_id": "ws0-3"})
-    assert env.prompt() == manager.reset(obs, info["available_actions"])
-    steps = 0
-    for step in range(12):
-        response = responses_for(env, step)
-        obs, _, term, trunc, info = env.step(response)
-        steps += 1
-        expected = manager.step(response, obs, info["available_actions"])
-        if term or trunc:
-            break
-        assert env.prompt() == expected, f"step {step + 1}"
-    assert steps >= 4
+    envs = OneEnv(env, "webshop", {"task_id": "ws0-3"})
+    manager = va.env_manager.WebshopEnvironmentManager(envs, partial(va.webshop_projection),
+                                                       upstream.verl_agent_config(history_length))
+
+    class Responses:
+        def __iter__(self):
+            for step in range(12):
+                yield responses_for(env, step)
+
+    assert play_in_lockstep(env, envs, manager, Responses(), 20) >= 4
 
 
-def test_wiki_search_every_step():
+def test_wiki_search_every_step(verl_agent):
     if importlib.util.find_spec("bm25s") is None:
         pytest.skip("pip install -e '.[retrieval]' (missing bm25s)")
+    va = verl_agent[HEAD]
     history_length = 2
     env = agentgym.make("WikiSearch-v0", prompt_style="verl-agent", history_length=history_length, max_turns=8)
 
-    def retrieve(query: str) -> list[str]:
-        return [hit.passage.contents for hit in env.retriever.search([query], env.topk)[0]]
+    def tool(action: str) -> str:
+        """The search env's observation of a projected action: none for an answer or no search, else the tool's
+        text of the retriever's hits."""
+        m = re.fullmatch(r"<search>(.*)</search>", action, re.DOTALL)
+        if m is None:
+            return ""
+        hits = env.retriever.search([m.group(1).strip()], env.topk)[0]
+        return search_observation([hit.passage.contents for hit in hits])
 
-    manager = SearchManager(upstream_templates(HEAD, "search"), history_length, retrieve)
-    env.reset(options={"task_index": 0})
-    assert env.prompt() == manager.reset(env.task.question)
-    responses = ["<think>first look it up</think><search> " + env.task.question + " </search>",
+    envs = OneEnv(env, "search", {"task_index": 0}, tool=tool)
+    manager = va.env_manager.SearchEnvironmentManager(envs, partial(va.search_projection),
+                                                      upstream.verl_agent_config(history_length))
+    responses = ["<think>first look it up</think><search> {q} </search>",
                  "<think>again</think><SEARCH>Galileo Galilei birthplace</SEARCH> trailing words",
                  "I do not know yet",
                  "<think>one more</think><search>Pisa</search><answer>Pisa</answer>",
                  "<think>more</think><search>Galilean moons</search>"]
+    out, _ = manager.reset({})
+    assert env.prompt() == out["text"][0]
     for step, response in enumerate(responses):
-        env.step(response)
-        assert env.prompt() == manager.step(response), f"step {step + 1}"
+        envs.response = response.format(q=env.task.question)
+        out, _, _, _ = manager.step([envs.response])
+        assert env.prompt() == out["text"][0], f"step {step + 1}"
     assert '<information>{"result": "Doc 1: ' in env.prompt()
-    _, _, term, _, _ = env.step("<think>done</think><answer>Pisa</answer>")
-    assert term
+    envs.response = "<think>done</think><answer>Pisa</answer>"
+    manager.step([envs.response])
+    assert envs.done
 
 
 # ---- the preset is part of a run's identity --------------------------------------------------------------------
@@ -360,7 +272,8 @@ def test_the_style_is_in_the_run_identity_and_resume_refuses_another(tmp_path):
     assert default == {"prompt_style": "bipace"} and verl == {"prompt_style": "verl-agent"}
     results = ResultsFile(tmp_path / "r.jsonl")
     mine = run_identity("oracle", None, 6, {}, default)
-    results.append([{"env_id": "WikiSearch-v0", "split": "demo", "task_id": "t", "seed": 0, "trial": 0, **mine}])
+    results.append([{"env_id": "WikiSearch-v0", "split": "demo", "task_id": "t", "seed": 0, "trial": 0, "won": True,
+                     "score": 1.0, "turns": 2, "error": None, **mine}])
     results.check_identity("WikiSearch-v0", "demo", mine)  # the same preset resumes
     with pytest.raises(ResultsMismatchError, match="prompt_style"):
         results.check_identity("WikiSearch-v0", "demo", run_identity("oracle", None, 6, {}, verl))

@@ -339,7 +339,9 @@ def run_lockstep(shared_data: Path, seed: int, steps_per_goal: int, goals: list[
 
     rows = load_goals(shared_data)
     adapt = adapt_env()
-    ours = agentgym.make("TextCraft-v0", split="adapt-test", max_turns=10**6, rules=rules)
+    # ADaPT's recorded run (adapt-test builds the same goals itself, with other distractor lines: envs/textcraft/adapt.py)
+    ours = agentgym.make("TextCraft-v0", split="adapt-test-recorded", max_turns=10**6, rules=rules,
+                         task_file=shared_data / "textcraft" / "tasks" / "adapt_test_200.jsonl")
     rng = np.random.default_rng(seed)
     mut = Mutator(ours, rng)
     stats = LockstepStats()

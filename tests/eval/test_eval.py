@@ -209,11 +209,12 @@ def test_resume_refuses_another_run_configuration(tmp_path, capsys):
     assert ident["env_kwargs"] == {"retriever": "<builtins.object>"}
 
 
-def test_generated_split_without_episodes_is_a_one_line_error(tmp_path):
-    res = cli("eval", "TextCraft-v0", "--split", "gen-depth1", "--out", str(tmp_path / "r.jsonl"), check=False)
+def test_more_episodes_than_a_generated_split_has_is_a_one_line_error(tmp_path):
+    # TextCraft's gen-depth1 has one task per goal item (147): asking for more never repeats tasks silently.
+    res = cli("eval", "TextCraft-v0", "--split", "gen-depth1", "--episodes", "148", "--out", str(tmp_path / "r.jsonl"),
+              check=False)
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert res.stderr.strip().splitlines()[-1] == \
-        "error: split 'gen-depth1' is unbounded: give the number of tasks (--episodes N)"
+    assert res.stderr.strip().splitlines()[-1] == "error: --episodes 148 is more than the split's 147 tasks"
 
 
 def test_cli_textcraft_adapt_test_oracle_wins_200_of_200(tmp_path):

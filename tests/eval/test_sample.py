@@ -97,8 +97,12 @@ def test_generated_split_plays_its_first_n():
 
     env = ag.make("TextCraft-v0", split="gen-depth1")
     assert select_tasks(env, episodes=3) == (["gen-d1-0", "gen-d1-1", "gen-d1-2"], {"rule": "first"})
-    with pytest.raises(TaskError, match="unbounded"):
-        select_tasks(env)
+    # The split has an end (one task per goal item): all of it, or refused past it, never repeated.
+    everything, record = select_tasks(env)
+    assert record is None and everything == env.task_ids() and len(everything) == 147
+    assert select_tasks(env, episodes=147)[0] == everything
+    with pytest.raises(TaskError, match=r"--episodes 148 is more than the split's 147 tasks"):
+        select_tasks(env, episodes=148)
 
 
 def _adapt_test_or_skip():

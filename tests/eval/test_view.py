@@ -5,12 +5,14 @@ script payloads are shown as text and never run."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fuzz"))
+from browser_kit import launch_chromium  # noqa: E402
 
 from agentgym.cli import main
 from agentgym.eval.grid import EvalGrid, run_grid
@@ -20,8 +22,6 @@ from agentgym.rollout.policy import OraclePolicy, PolicyResponse
 
 XSS = ('<img src=x onerror="window.__xss=1;document.title=\'pwned\'">'
        '</script><script>window.__xss=2</script><!-- {{DATA}} -->')
-CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 
 
 class HostilePolicy:
@@ -70,31 +70,12 @@ def test_page_data_summarizes_per_family_and_escapes_the_script_element(results)
     assert "\\u003c!-- {{DATA}} --\\u003e" in page  # a placeholder inside the data is left alone
 
 
-def _chromium() -> str | None:
-    exe = os.environ.get("AGENTGYM_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    return exe if Path(exe).exists() else None
-
-
 @pytest.fixture(scope="module")
 def browser():
-    exe = _chromium()
-    require = os.environ.get("AGENTGYM_REQUIRE_BROWSER") == "1"  # .ci/run installs Chromium and sets it
-    if exe is None:
-        if require:
-            pytest.fail("AGENTGYM_REQUIRE_BROWSER=1 but no Chromium at /usr/bin/chromium")
-        pytest.skip("no Chromium (apt-get install chromium) for the browser test")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        if require:
-            raise
-        pytest.skip("playwright is not installed (the 'test' extra has it)")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
+    """Debian's Chromium driven by playwright (tests/fuzz/browser_kit.py: skips without it, fails under
+    AGENTGYM_REQUIRE_BROWSER=1, as .ci/run sets)."""
+    with launch_chromium() as b:
+        yield b
 
 
 def test_view_page_in_headless_chromium(results, browser, tmp_path):

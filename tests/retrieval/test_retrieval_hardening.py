@@ -23,6 +23,7 @@ from retrieval_testkit import http_request, need, post_json, read_response, smal
 
 need("bm25s", "uvicorn", "starlette")
 
+from retrieval.http_limits import connection_counts  # noqa: E402
 from retrieval.server import RetrievalServer, ServerConfig  # noqa: E402
 
 READ_TIMEOUT_S = 1.0
@@ -79,8 +80,8 @@ class Canary:
             try:
                 if sock is None:
                     sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
-                sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n" % (self.port, len(body)) + body)
                 r = read_response(sock, 30)
             except OSError as e:
                 self.failures.append(f"{type(e).__name__}: {e}")
@@ -157,7 +158,7 @@ def _closed_within(sock: socket.socket, seconds: float) -> bool:
     (b'{"queries": ["a"], "topk": -' + b"9" * 5000 + b"}", "characters"),
     (b'{"queries": ["a"], "topk": 1' + b"0" * 400 + b".5}", "characters"),
     (b'{"queries": ["a"], "topk": Infinity}', "Infinity is not JSON"),
-    (b"[" * 4_000_000, "nested 4000000 levels"),  # parsed off the event loop: the canary is not held up
+    (b"[" * 4_000_000, "levels deep or more"),  # scanned off the event loop: the canary is not held up
 ])
 def test_hostile_json_gets_400(server, canary, body, fragment):
     r = http_request(server.port, "POST", "/retrieve", body, {"Content-Type": "application/json"})
@@ -205,16 +206,16 @@ def _huge_bodies(server) -> None:
     _assert_json_error(http_request(server.port, "POST", "/retrieve", big, {"Content-Type": "application/json"},
                                     timeout=60), 413)
     with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
-        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Transfer-Encoding: chunked\r\n\r\n")
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n" % server.port)
         chunk = b"y" * 1_000_000
         for _ in range(9):
             s.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
         s.sendall(b"0\r\n\r\n")
         _assert_json_error(read_response(s, 30), 413)
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
-        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 10000000000\r\n\r\n")
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 10000000000\r\n\r\n" % server.port)
         _assert_json_error(read_response(s, 10), 413)
 
 
@@ -229,7 +230,8 @@ def test_wrong_methods_and_paths(server, canary, method, path, status):
 
 @pytest.mark.parametrize("ctype, status", [
     ("text/plain", 415), ("application/x-www-form-urlencoded", 415), ("multipart/form-data; boundary=x", 415),
-    ("application/json; charset=utf-8", 200), ("application/vnd.api+json", 200), (None, 200),
+    ("application/json; charset=utf-8", 200), ("application/vnd.api+json", 200),
+    (None, 415),  # what a browser's no-cors fetch with a Blob body sends: no Content-Type at all
 ])
 def test_content_types(server, canary, ctype, status):
     r = http_request(server.port, "POST", "/retrieve", b'{"queries": ["alpha"]}', {"Content-Type": ctype})
@@ -272,14 +274,15 @@ def _trickle(sock: socket.socket, data: bytes, interval: float, seconds: float, 
 
 @pytest.mark.parametrize("head, trickled", [
     (b"", b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"),  # headers trickled
-    (b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n", b'{"queries": ["' + b"a" * 150),
+    (b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1:PORT\r\nContent-Type: application/json\r\n"
+     b"Content-Length: 200\r\n\r\n", b'{"queries": ["' + b"a" * 150),
 ])
 def test_slow_loris_gets_a_408_within_the_read_timeout(server, canary, head, trickled):
     """The server cuts a trickling client off at its read timeout (a 408, then a close) instead of waiting for the
     trickle: the sender sees the close long before it would have sent everything (70+ bytes at 0.2 s each)."""
     why: dict = {}
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
-        s.sendall(head)
+        s.sendall(head.replace(b"PORT", b"%d" % server.port))
         sender = threading.Thread(target=_trickle, args=(s, trickled, 0.2, 30.0, why), daemon=True)
         sender.start()
         r = read_response(s, 10)
@@ -293,7 +296,7 @@ def test_idle_connections_are_closed(server, canary):
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:  # never sends a byte
         assert _closed_within(s, IDLE_TIMEOUT_S + 5)
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:  # idle after one answer
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % server.port)
         assert read_response(s, 10).status == 200
         assert _closed_within(s, IDLE_TIMEOUT_S + 5)
 
@@ -303,19 +306,20 @@ def test_half_closed_connections(server, canary, queries, expected):
     shuts down in the middle of a request is closed without an answer."""
     body = json.dumps({"queries": [queries[0]], "topk": 3}).encode()
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
-        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % (server.port, len(body)) + body)
         s.shutdown(socket.SHUT_WR)
         r = read_response(s, 30)
         assert r is not None and r.status == 200
         assert [d["id"] for d in r.json()["result"][0]] == expected[queries[0]]
         assert _closed_within(s, 5)
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
-        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"queries\"")
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{\"queries\"" % server.port)
         s.shutdown(socket.SHUT_WR)
         assert _closed_within(s, 5)
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /hea")
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\nGET /hea" % server.port)
         s.shutdown(socket.SHUT_WR)
         assert read_response(s, 10).status == 200
         assert _closed_within(s, 5)
@@ -347,8 +351,8 @@ def _many_connections(server, n: int, queries, expected) -> None:
         try:
             await opened.wait()  # all connections are open before any request is sent
             body = json.dumps({"queries": [q], "topk": 3}).encode()
-            writer.write(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            writer.write(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n" % (server.port, len(body)) + body)
             head = await reader.readuntil(b"\r\n\r\n")
             length = int([h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")][0])
             payload = json.loads(await reader.readexactly(length))
@@ -378,18 +382,74 @@ def _many_connections(server, n: int, queries, expected) -> None:
     assert not failures, failures[:5]
 
 
-def test_connections_over_the_limit_get_a_json_503(bm25, wait_until):
-    with RetrievalServer(bm25, ServerConfig(port=0, max_connections=4)) as srv:
-        held = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(4)]
+class _HeldSearch:
+    """``bm25``'s search, held until ``release`` is set (bounded: 60 s): requests in flight stay busy."""
+
+    def __init__(self, index, release: threading.Event):
+        self.index, self.release = index, release
+
+    def search(self, queries, topk=3):
+        self.release.wait(60)
+        return self.index.search(queries, topk)
+
+
+def test_connections_over_the_limit_make_room_then_get_a_json_503(bm25, wait_until):
+    """At the connection limit a new connection closes the longest-idle one, then the slowest request still
+    arriving (a JSON 503), and is answered; only when every connection is busy in the app is it refused (503)."""
+    release = threading.Event()
+    body = json.dumps({"queries": ["alpha"]}).encode()
+    with RetrievalServer(_HeldSearch(bm25, release), ServerConfig(port=0, max_connections=4)) as srv:
+        host = b"127.0.0.1:%d" % srv.port  # without a token only loopback Host names are answered
+        search = (b"POST /retrieve HTTP/1.1\r\nHost: " + host + b"\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+        def counts() -> dict:
+            return connection_counts(srv._uvicorn.server_state)
+
+        def busy_one() -> socket.socket:  # a request held in the search: busy in the app
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            s.sendall(search)
+            return s
+
+        idle = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(4)]
+        busy: list[socket.socket] = []
         try:
-            wait_until(lambda: len(srv._uvicorn.server_state.connections) >= 4, "the server to hold 4 connections")
-            r = http_request(srv.port, "GET", "/health")
+            wait_until(lambda: counts()["idle"] == 4, "the server to hold 4 idle connections")
+            assert http_request(srv.port, "GET", "/health").status == 200  # room made: the oldest idle one closed
+            assert _closed_within(idle[0], 10)
+            slow = idle[1]
+            slow.sendall(b"POST /retrieve HTTP/1.1\r\nHost: " + host + b"\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: 50\r\n\r\n{\"que")
+            wait_until(lambda: counts()["reading"] == 1 and counts()["open"] == 3, "idle 2, 3 and the slow one")
+            busy.append(busy_one())
+            wait_until(lambda: counts()["idle"] == 2 and counts()["open"] == 4, "the first busy one")
+            busy.append(busy_one())  # makes room: idle[2], the longest idle, goes
+            assert _closed_within(idle[2], 10)
+            assert http_request(srv.port, "GET", "/health").status == 200  # idle[3] goes
+            assert _closed_within(idle[3], 10)
+            wait_until(lambda: counts()["open"] == 3, "the slow one and 2 busy")
+            busy.append(busy_one())
+            # (a fresh connection is idle until its request is read: the only idle one would be the one to go)
+            wait_until(lambda: counts()["open"] == 4 and not counts()["idle"], "3 busy and the slow one")
+            assert http_request(srv.port, "GET", "/health").status == 200  # no idle one left: the slow request goes
+            r = read_response(slow, 10)
             _assert_json_error(r, 503)
-            assert r.headers["retry-after"] == "1"
+            assert "slowest" in r.json()["error"] and r.headers["retry-after"] == "1"
+            wait_until(lambda: counts()["open"] == 3, "3 busy")
+            busy.append(busy_one())
+            wait_until(lambda: counts()["open"] == 4 and not counts()["idle"], "4 busy connections")
+            r = http_request(srv.port, "GET", "/health")  # every connection busy: refused
+            _assert_json_error(r, 503)
+            assert r.headers["retry-after"] == "1" and counts()["refused"] == 1
+            assert counts()["evicted_idle"] == 3 and counts()["evicted_reading"] == 1
+            release.set()
+            for s in busy:  # the held requests are all answered
+                assert read_response(s, 30).status == 200
         finally:
-            for s in held:
+            release.set()
+            for s in idle + busy:
                 s.close()
-        wait_until(lambda: not srv._uvicorn.server_state.connections, "the held connections to be closed")
+        wait_until(lambda: not srv._uvicorn.server_state.connections, "the connections to be closed")
         assert post_json(srv.port, {"queries": ["alpha"]}).status == 200
 
 

@@ -124,7 +124,8 @@ def test_other_4xx(server):
     assert r.status == 405 and r.is_json_error() and r.headers["allow"] == "POST"
     r = http_request(server.port, "POST", "/retrieve", b'{"queries": ["a"]}', {"Content-Type": "text/plain"})
     assert r.status == 415 and r.is_json_error() and "application/json" in r.json()["error"]
-    r = http_request(server.port, "POST", "/retrieve", b'{"queries": ["a"]}', {"Content-Length": None})
+    r = http_request(server.port, "POST", "/retrieve", b'{"queries": ["a"]}',
+                     {"Content-Length": None, "Content-Type": "application/json"})
     assert r.status == 400 and r.is_json_error()  # without a length there is no body (h11): not JSON
 
 
@@ -397,3 +398,159 @@ def test_python_m_retrieval_serve_and_sigint(bm25, tmp_path, wait_until):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+# ---- issue 33: fair batches, streamed answers, the browser rules, the config's checks --------------------------------
+def test_a_big_request_is_split_and_small_ones_are_not_held_up(bm25, wait_until):
+    """With --max-batch 10, a request of 95 queries is searched in chunks; a one-query request that arrives while
+    the first chunk runs is in the very next search, next to a fair share of the big one, not after all of it.
+    Both answers equal the in-process index's."""
+    fussy = _Fussy(bm25)
+    fussy.gate.clear()
+    q = _queries(bm25, 40)
+    big = (q * 3)[:95]
+    with RetrievalServer(fussy, ServerConfig(port=0, max_batch=10)) as srv:
+        out: dict[str, object] = {}
+        t_big = threading.Thread(target=lambda: out.__setitem__("big", post_json(srv.port, {"queries": big,
+                                                                                         "topk": 2})))
+        t_big.start()
+        wait_until(lambda: fussy.calls, "the first chunk's search to start")
+        t_small = threading.Thread(target=lambda: out.__setitem__("small", post_json(srv.port, {"query": q[7]})))
+        t_small.start()
+        wait_until(lambda: srv.batcher.queue.qsize() == 1, "the small request to wait")
+        fussy.gate.set()
+        t_big.join(30)
+        t_small.join(30)
+    assert fussy.calls[0] == big[:10] and q[7] in fussy.calls[1]  # the next search, not the tenth
+    assert len(fussy.calls) == 10 and sorted(sum(fussy.calls, [])) == sorted(big + [q[7]])
+    assert all(len(call) <= 10 for call in fussy.calls)
+    assert [[d["id"] for d in row] for row in out["big"].json()["result"]] == \
+        [[h.id for h in row] for row in bm25.search(big, 2)]
+    assert [d["id"] for d in out["small"].json()["result"][0]] == [h.id for h in bm25.search([q[7]], 3)[0]]
+
+
+def test_big_answers_are_streamed_exactly_and_capped(bm25):
+    """An answer over 1 MiB is written piece by piece as it is read, with its exact Content-Length; the client gets
+    exactly the in-process index's rows. An answer over --max-answer-bytes is a 413 naming the flag; a request for
+    more results than --max-results a 422."""
+    q = _queries(bm25, 40) * 5
+    with RetrievalServer(bm25, ServerConfig(port=0, max_answer_bytes=8 * 1024 * 1024, max_results=9000)) as srv:
+        r = post_json(srv.port, {"queries": q, "topk": 20, "return_scores": True})
+        assert r.status == 200 and len(r.body) == int(r.headers["content-length"]) > 1024 * 1024
+        rows = RetrievalClient(srv.url).search(q, 20)
+        want = bm25.search(q, 20)
+        assert [[(h.id, h.passage.contents) for h in row] for row in rows] == \
+            [[(h.id, h.passage.contents) for h in row] for row in want]
+        r = post_json(srv.port, {"queries": q + q, "topk": 20, "return_scores": True})
+        assert r.status == 413 and "--max-answer-bytes" in r.json()["error"]
+        r = post_json(srv.port, {"queries": q + q, "topk": 23})
+        assert r.status == 422 and "--max-results" in r.json()["error"]
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:  # a client that leaves mid-answer
+            body = json.dumps({"queries": q, "topk": 20}).encode()
+            s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % (srv.port, len(body)) + body)
+            assert s.recv(1024).startswith(b"HTTP/1.1 200")
+        assert RetrievalClient(srv.url).health()["status"] == "ok"
+
+
+def test_the_browser_rules_on_the_server(bm25):
+    body = json.dumps({"queries": ["alpha"]}).encode()
+    ctype = {"Content-Type": "application/json"}
+    with RetrievalServer(bm25, ServerConfig(port=0, allowed_origins=("https://search.example",))) as srv:
+        assert http_request(srv.port, "POST", "/retrieve", body, ctype).status == 200
+        for headers in ({"Host": f"rebind.example:{srv.port}"}, {"Host": f"localhost:{srv.port + 1}"},
+                        {"Origin": "http://127.0.0.1:1"}, {"Host": "search.example:8443"}):
+            r = http_request(srv.port, "POST", "/retrieve", body, {**ctype, **headers})
+            assert r.status == 403 and r.is_json_error(), headers
+        for headers in ({"Host": "search.example", "Origin": "https://search.example"},
+                        {"Host": f"localhost:{srv.port}", "Origin": f"http://localhost:{srv.port}"}):
+            assert http_request(srv.port, "POST", "/retrieve", body, {**ctype, **headers}).status == 200, headers
+        assert http_request(srv.port, "POST", "/retrieve", body).status == 415  # no Content-Type
+        assert http_request(srv.port, "GET", "/health", headers={"Host": f"rebind.example:{srv.port}"}).status == 403
+    with RetrievalServer(bm25, ServerConfig(port=0, auth_token="tok")) as srv:  # a token: any Host, still no Origin
+        auth = {**ctype, "Authorization": "Bearer tok"}
+        assert http_request(srv.port, "POST", "/retrieve", body, {**auth, "Host": "gpu-box.lan:1"}).status == 200
+        assert http_request(srv.port, "POST", "/retrieve", body, {**auth, "Origin": "http://evil.example"}).status \
+            == 403
+        assert http_request(srv.port, "POST", "/retrieve", body, ctype).status == 401
+
+
+def test_the_config_refuses_what_cannot_work():
+    for token in ("", " ", "\t\n", " tok", "tok "):
+        with pytest.raises(ValueError, match="auth token must not be empty, blank or surrounded by whitespace"):
+            ServerConfig(auth_token=token)
+    with pytest.raises(ValueError, match="origin"):
+        ServerConfig(allowed_origins=("evil.example",))
+    with pytest.raises(ValueError, match="max_buffered_body_bytes"):
+        ServerConfig(max_body_bytes=1 << 20, max_buffered_body_bytes=1 << 19)
+    for field in ("max_results", "max_answer_bytes", "max_batch"):
+        with pytest.raises(ValueError, match=field):
+            ServerConfig(**{field: 0})
+    with pytest.raises(ValueError, match="write_timeout_s"):
+        ServerConfig(write_timeout_s=0)
+
+
+def test_the_url_is_the_bound_address(bm25):
+    for host in ("127.0.0.1", "localhost"):
+        srv = RetrievalServer(bm25, ServerConfig(host=host, port=0))
+        try:
+            assert srv.url == f"http://127.0.0.1:{srv.port}"
+        finally:
+            srv.stop()
+
+
+def test_big_bodies_take_turns_in_the_body_budget():
+    """The body budget grants shares in arrival order, never over its limit, and hands back a share granted to a
+    request that was cancelled while it waited."""
+    import asyncio
+
+    from retrieval.server import _BodyBudget
+
+    async def main():
+        budget = _BodyBudget(10)
+        order = []
+
+        async def take(name, n, hold):
+            await budget.acquire(n)
+            order.append((name, budget.used))
+            await asyncio.sleep(hold)
+            budget.release(n)
+
+        await asyncio.gather(take("a", 6, 0.05), take("b", 6, 0.01), take("c", 4, 0.01), take("d", 1, 0))
+        assert [name for name, _ in order] == ["a", "b", "c", "d"]  # c and d fit beside a, but wait their turn
+        assert all(used <= 10 for _, used in order) and budget.used == 0
+        await budget.acquire(8)
+        waiter = asyncio.ensure_future(budget.acquire(5))
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        budget.release(8)
+        await asyncio.sleep(0.01)
+        assert budget.used == 0 and not budget._waiters
+
+    asyncio.run(main())
+
+
+def test_when_requests_outnumber_a_search_they_take_turns(bm25):
+    """Four waiting requests of three queries and searches of two queries: each search serves the requests the
+    previous one left out, so none waits more than one search behind the others."""
+    import asyncio
+
+    from retrieval.server import _Batcher, _Pending
+
+    fussy = _Fussy(bm25)
+    names = "abcd"
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        batcher = _Batcher(fussy, ServerConfig(max_batch=2, batch_wait_ms=300))
+        try:
+            items = [_Pending([f"{n}{i}" for i in range(3)], 1, loop, loop.create_future()) for n in names]
+            for item in items:
+                batcher.submit(item)
+            return await asyncio.wait_for(asyncio.gather(*(item.future for item in items)), 30)
+        finally:
+            batcher.stop(10)
+
+    results = asyncio.run(main())
+    assert fussy.calls == [["a0", "b0"], ["c0", "d0"], ["a1", "b1"], ["c1", "d1"], ["a2", "b2"], ["c2", "d2"]]
+    assert all(len(rows) == 3 and not errors for rows, errors in results)

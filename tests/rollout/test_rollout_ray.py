@@ -1,6 +1,6 @@
 """The Ray backend on a local CPU Ray instance: same results as the sequential backend, typed errors, eval grids.
 
-Skipped when ray is not installed (pip install 'agentgym[ray]')."""
+Skipped when ray is not installed (pip install -e '.[ray]')."""
 
 from __future__ import annotations
 

@@ -191,22 +191,60 @@ def test_play_takes_explicit_episode_specs_and_lockstep_batches_through_a_small_
     assert [[r.response for r in t.turns] for t in res.trajectories] == [[r.response for r in t.turns] for t in lock]
 
 
-def test_moved_names_keep_their_old_import_paths_with_a_warning():
+def test_each_name_has_one_import_path():
+    """No release was published, so names that moved have no old paths: each lives in its one module."""
     import importlib
 
     from agentgym.rollout import records
 
-    for module, name, new in [("agentgym.rollout.runner", "Trajectory", records.Trajectory),
-                              ("agentgym.rollout.runner", "to_trajectory_batch", records.to_trajectory_batch),
-                              ("agentgym.rollout.policy", "load_policy", load_policy)]:
-        with pytest.warns(DeprecationWarning, match=f"{name} moved to"):
-            assert getattr(importlib.import_module(module), name) is new
-    from agentgym.rollout.policy import PolicyResponse
-
-    with pytest.warns(DeprecationWarning, match="PolicyResponse moved to"):
-        from agentgym.rollout.openai_policy import PolicyResponse as old
-    assert old is PolicyResponse
+    for module, name in [("agentgym.rollout.runner", "Trajectory"), ("agentgym.rollout.runner", "to_trajectory_batch"),
+                         ("agentgym.rollout.policy", "load_policy"),
+                         ("agentgym.rollout.openai_policy", "PolicyResponse"),
+                         ("agentgym.envs.appworld.pool", "run_evaluator"),
+                         ("agentgym.envs.appworld.env", "scenario_goal_completion")]:
+        assert not hasattr(importlib.import_module(module), name), f"{module}.{name}"
     t = records.Trajectory(traj_id=0, group_id=0, task=None, seed=0, member=0)
-    with pytest.warns(DeprecationWarning, match="episode_fields"):
-        assert t.summary() == episode_fields(t)
-    assert not hasattr(t, "finished")
+    assert not hasattr(t, "summary") and not hasattr(t, "finished")  # rows: agentgym.eval.results.episode_fields
+    import adapters
+
+    assert not (Path(adapters.__file__).parent / "openenv.py").exists()  # the server is agentgym.serve
+
+
+README_SNIPPET = '''
+from agentgym.rollout.runner import collect_groups
+from agentgym.rollout.policy import RandomPolicy
+
+def my_policy(prompts: list[str]) -> list[str]:          # the batched Policy protocol
+    return ["<action>inventory</action>" for _ in prompts]
+
+res = collect_groups("TextCraft-v0", ["gen-d2-0", "gen-d3-1"], group_size=8, policy=my_policy,
+                     env_kwargs={"split": "gen-depth2"}, max_turns=30, workers=2)
+print("batch rows:", len(res.batch), "errors:", len(res.errors))
+'''
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_readme_snippet_in_a_script_with_and_without_the_main_guard(tmp_path, guarded):
+    """The README's collect_groups(..., workers=2) pasted into a script: without `if __name__ == "__main__":` the
+    spawned workers re-run the script, and the call raises one UnguardedMainError naming the guard (it once returned
+    batch=None with 16 env_crash records); with the guard it plays."""
+    import subprocess
+    import textwrap
+
+    body = README_SNIPPET
+    if guarded:
+        head, call = body.split("res = collect_groups", 1)
+        body = head + 'if __name__ == "__main__":\n' + textwrap.indent("res = collect_groups" + call, "    ")
+    script = tmp_path / "rollout_script.py"
+    script.write_text(body)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
+    if guarded:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "errors: 0" in proc.stdout and "batch rows:" in proc.stdout
+        return
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("agentgym.errors.UnguardedMainError: the rollout's worker processes could not start: "
+                           f"{script} starts a rollout"), proc.stderr[-3000:]
+    assert 'if __name__ == "__main__":' in last and "workers=0" in last
+    assert proc.stderr.count("Traceback") == 1  # the parent's; the workers exit without one

@@ -62,7 +62,7 @@ def test_craft_get_inventory_and_win(rules, crafted, inventory, last):
 
 def test_default_rules_per_split():
     assert {s: default_rules(s) for s in SPLITS} == {
-        "adapt-test": "canonical", "train": "lenient", "val": "lenient", "gen-depth1": "canonical",
+        "adapt-test": "canonical", "adapt-test-recorded": "canonical", "train": "lenient", "val": "lenient", "gen-depth1": "canonical",
         "gen-depth2": "canonical", "gen-depth3": "canonical", "gen-depth4": "canonical"}
     assert agentgym.make("TextCraft-v0", split="gen-depth1").run_identity() == {"rules": "canonical"}
     assert agentgym.make("TextCraft-v0", split="gen-depth1", rules="lenient").run_identity() == {"rules": "lenient"}
@@ -287,11 +287,70 @@ def test_generated_tasks_are_deterministic_and_of_their_depth():
 
 
 @pytest.mark.parametrize("depth", [1, 2, 3, 4])
-def test_oracle_wins_100_generated_goals_per_depth(depth):
+def test_oracle_wins_every_generated_goal(depth):
     env = agentgym.make("TextCraft-v0", split=f"gen-depth{depth}")
-    for tid in env.task_ids(100):
+    ids = env.task_ids()
+    assert len(ids) == {1: 147, 2: 274, 3: 112, 4: 11}[depth]
+    for tid in ids:
         info, r = play_oracle(env, {"task_id": tid})
         assert info["won"] and r == 1.0, tid
+
+
+#: Per depth, the first draw that repeated a goal before generated splits kept one task per goal: every id below it
+#: still names the task it named then (the learning lab's gen-d1-0..7 and gen-d2-2..6, the README's gen-d2-7...).
+FIRST_REPEAT = {1: 13, 2: 34, 3: 18, 4: 4}
+
+
+def _draw_task(graph, depth, j):
+    """Draw j of depth ``depth`` as generated splits built task j before deduplication: a goal and its context."""
+    from agentgym.envs.textcraft.tasks import _context_for
+
+    items = graph.items_with_depth(depth)
+    rng = np.random.default_rng([depth, j])
+    goal = items[int(rng.integers(len(items)))]
+    return goal, tuple(_context_for({goal: 1}, graph, rng))
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+def test_generated_split_is_the_seeded_draws_without_repeats(depth):
+    env = agentgym.make("TextCraft-v0", split=f"gen-depth{depth}")
+    tasks = env.tasks()
+    assert [t.task_id for t in tasks] == env.task_ids()
+    # Walk the draws: each new goal is the next task, with the draw's own context; a repeated goal adds nothing.
+    seen, j, first_repeat = {}, 0, None
+    while len(seen) < len(tasks):
+        goal, context = _draw_task(env.graph, depth, j)
+        if goal in seen:
+            first_repeat = j if first_repeat is None else first_repeat
+        else:
+            task = tasks[len(seen)]
+            assert task.targets == {goal: 1} and task.context == context, (task.task_id, j)
+            seen[goal] = j
+        j += 1
+    assert first_repeat == FIRST_REPEAT[depth]
+    assert all(seen[next(iter(tasks[i].targets))] == i for i in range(first_repeat))  # ids kept below it
+    assert sorted(seen) == env.graph.items_with_depth(depth)  # every goal item once
+
+
+def test_generated_ids_past_the_end_are_refused_saying_how_many_tasks():
+    env = agentgym.make("TextCraft-v0", split="gen-depth4")
+    assert env.task_ids(100) == [f"gen-d4-{i}" for i in range(11)]
+    message = r"^no task 'gen-d4-11': TextCraft split 'gen-depth4' has 11 tasks, one per goal item of crafting depth 4"
+    with pytest.raises(TaskError, match=message):
+        env.get_task("gen-d4-11")
+    with pytest.raises(TaskError, match=message):
+        env.reset(options={"task_id": "gen-d4-11"})
+    with pytest.raises(TaskError, match=r"^task_index 11 out of range for TextCraft split 'gen-depth4' \(11 tasks\)$"):
+        env.reset(options={"task_index": 11})
+    # Another split's env plays generated ids too, and refuses the same ones.
+    other = agentgym.make("TextCraft-v0", split="gen-depth1")
+    assert other.get_task("gen-d4-10").depth == 4
+    with pytest.raises(TaskError, match=message):
+        other.get_task("gen-d4-11")
+    # A seed draws within the split, reproducibly.
+    drawn = [env.reset(seed=s)[1]["task_id"] for s in range(20)]
+    assert drawn == [env.reset(seed=s)[1]["task_id"] for s in range(20)] and set(drawn) <= set(env.task_ids())
+    assert len(set(drawn)) > 1
 
 
 def test_oracle_wins_all_200_adapt_goals(shared_data):

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 import pytest
 
-pytest.importorskip("regex", reason="WebShop search needs regex: pip install 'agentgym[webshop]'")
+pytest.importorskip("regex", reason="WebShop search needs regex: pip install -e '.[webshop]'")
 
 import agentgym  # noqa: E402
 from agentgym.envs.webshop.pages import SEP, parse_webshop_action, verl_agent_view  # noqa: E402
@@ -228,8 +227,7 @@ def test_tasks_and_selection(env, catalog):
     assert not set(env.task_ids()) & set(train.task_ids())
     _, info = env.reset(seed=1)
     assert info["task_id"] in set(env.task_ids())
-    with pytest.warns(DeprecationWarning, match="goal_index"):  # goal 4321 of the seed list (tests/contract)
-        _, info = env.reset(options={"goal_index": 4321})
+    _, info = env.reset(options={"task_id": "ws0-4321"})  # goal 4321 of the seed list (tests/contract)
     assert info["task_id"] == "ws0-4321"
     assert env.get_task("ws1000-0").seed == 1000
     seeded = agentgym.make("WebShop-v0", goal_seed=1000)
@@ -242,8 +240,7 @@ def test_tasks_and_selection(env, catalog):
     for bad in ({"task_id": "nope"}, {"task_id": "ws0-6910"}, {"goal_index": -1}, {"foo": 1},
                 {"task": {"asin": "X"}}, {"goal_index": "first"},
                 {"task": {**d, "attributes": []}}):
-        with pytest.raises(TaskError), warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
+        with pytest.raises(TaskError):
             env.reset(options=bad)
     with pytest.raises(TaskError):
         agentgym.make("WebShop-v0", split="valid")

@@ -16,7 +16,7 @@ def test_noun_table_is_exact_for_the_reward(catalog):
 
 
 def test_custom_noun_table_changes_only_the_type_factor(catalog, tmp_path):
-    pytest.importorskip("regex", reason="WebShop search needs regex: pip install 'agentgym[webshop]'")
+    pytest.importorskip("regex", reason="WebShop search needs regex: pip install -e '.[webshop]'")
     table = {a: [] for a in catalog.by_asin}  # no nouns anywhere -> title_score 0.2 -> r_type depends on matches
     path = tmp_path / "nouns.json"
     save_noun_table(path, table, "empty")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-pytest.importorskip("regex", reason="WebShop search needs regex: pip install 'agentgym[webshop]'")
+pytest.importorskip("regex", reason="WebShop search needs regex: pip install -e '.[webshop]'")
 
 from agentgym.envs.webshop.porter import stem  # noqa: E402
 from agentgym.envs.webshop.search import BM25Index, QueryTooLongError, analyze, length_table  # noqa: E402

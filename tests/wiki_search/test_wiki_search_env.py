@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 if importlib.util.find_spec("bm25s") is None:
-    pytest.skip("pip install 'agentgym[retrieval]' (missing bm25s)", allow_module_level=True)
+    pytest.skip("pip install -e '.[retrieval]' (missing bm25s)", allow_module_level=True)
 
 import agentgym  # noqa: E402
 from agentgym.envs.wiki_search.answers import exact_match, f1_score, normalize_answer  # noqa: E402

@@ -3,7 +3,7 @@
 One env instance plays one game at a time (:class:`~.engine.Engine`: TextWorld's ``PddlEnv`` with alfworld's
 ``AlfredDemangler``/``AlfredInfos`` wrappers, the ``alfred.pddl`` domain and ``alfred.twl2`` grammar of the game file).
 Select a game with ``reset(options={"task_id": ...})`` (``"file:<path>"`` names a ``game.tw-pddl`` file or its
-folder; the older ``{"game": path}`` still works, deprecated), ``{"task_index": i}``, or let ``reset(seed=...)`` draw
+folder), ``{"task_index": i}``, or let ``reset(seed=...)`` draw
 one of the split with ``self.np_random``.
 
 Commands are ALFWorld's (``go to X``, ``open X``, ``close X``, ``take X from Y``, ``move X to Y``, ``heat/cool/clean X
@@ -82,8 +82,8 @@ from ...errors import TaskError
 from ...parsing import ParsedAction
 from ...prompts import check_prompt_style, verl_agent_action
 from .engine import Engine, EngineState, require_engine
-from .games import (GENERATED_SEED, GENERATED_SIZE, OFFICIAL_SPLITS, GameRecord, family_of_folder, generated_game,
-                    official_split_dir, scan_games)
+from .games import (GENERATED_LIMIT, GENERATED_SEED, GENERATED_SIZE, OFFICIAL_SPLITS, GameRecord, family_of_folder,
+                    generated_game, official_split_dir, scan_games)
 from .oracle import OracleState, random_admissible
 from .prompts import ALFWORLD_TEMPLATE, VERL_AGENT_TEMPLATES
 from .prompts import react_examples as react_examples_text
@@ -162,7 +162,9 @@ class ALFWorldEnv(AgentEnv):
         split: ``generated`` (default), ``train``, ``valid_seen`` or ``valid_unseen``.
         data_path: the official ``json_2.1.1`` folder (or its parent, or a split folder) for official splits;
             default ``$ALFWORLD_DATA/json_2.1.1`` and the agentgym data roots. No game there: DataNotFoundError.
-        generated_size: number of games of the ``generated`` split (ids ``gen-0`` .. ``gen-{n-1}``).
+        generated_size: number of games the ``generated`` split lists and a seed draws from (ids ``gen-0`` ..
+            ``gen-{n-1}``; at most :data:`~.games.GENERATED_LIMIT`, the ids checked free of repeated games). Any id
+            below that limit can be played by id or index; none repeats another's game (:meth:`task_identity`).
         react_examples: 0 (default) for the plain Appendix J prompt, or 1..3 ReAct few-shot examples of the
             task's family prepended to the prompt (needs ReAct's prompt files, see :mod:`.prompts`); ``react_style``:
             ``"react"`` or ``"act"``.
@@ -209,8 +211,9 @@ class ALFWorldEnv(AgentEnv):
             root = official_split_dir(split, data_path)  # fails at once, saying where it looked
             self._games = scan_games(root, split)
             self._by_id = {g.task_id: g for g in self._games}
-        elif self.generated_size < 1:
-            raise ValueError("generated_size must be >= 1")
+        elif not 1 <= self.generated_size <= GENERATED_LIMIT:
+            raise ValueError(f"generated_size must be 1..{GENERATED_LIMIT} (the range checked free of repeated games), "
+                             f"got {self.generated_size}")
         self._engine: Engine | None = None
         self._state: EngineState | None = None
         self._oracle = OracleState(None)
@@ -220,9 +223,9 @@ class ALFWorldEnv(AgentEnv):
         self._responses: list[str] = []  # this episode's raw responses (verl-agent's prompt shows their projection)
 
     # ---- tasks --------------------------------------------------------------------------------------------
-    # Task data for the contract's selection (agentgym.core). The generated split has no end: its default size is
-    # ``generated_size`` (what task_ids() lists and a seed draws from); any gen-<i> can be played.
-    deprecated_options = ("game",)
+    # Task data for the contract's selection (agentgym.core). The generated split builds gen-<i> on demand: its
+    # default size is ``generated_size`` (what task_ids() lists and a seed draws from); any gen-<i> below
+    # GENERATED_LIMIT can be played (no two of them are the same game), a larger i is refused.
 
     def _split_task_ids(self) -> list[str] | None:
         return None if self.split == "generated" else [g.task_id for g in self._games]
@@ -233,14 +236,13 @@ class ALFWorldEnv(AgentEnv):
     def _generated_size(self) -> int:
         return self.generated_size
 
-    def _deprecated_option(self, key: str, value: Any) -> tuple[str, Any]:
-        # {"game": path} (a game.tw-pddl file or its folder) is the task id "file:<path>".
-        return "task_id", f"file:{value}"
-
     def _load_task(self, task_id: str) -> GameRecord | None:
         m = _GEN_ID.match(task_id)
         if m:
             seed = int(m.group(1)) if m.group(1) else GENERATED_SEED
+            if seed == GENERATED_SEED and int(m.group(2)) >= GENERATED_LIMIT:
+                raise TaskError(f"no task {task_id!r} in ALFWorld split 'generated': its ids are gen-0 .. "
+                                f"gen-{GENERATED_LIMIT - 1}, the range checked free of repeated games")
             return generated_game(int(m.group(2)), seed=seed)
         if task_id in self._by_id:
             return self._by_id[task_id]
@@ -250,6 +252,22 @@ class ALFWorldEnv(AgentEnv):
         if task_id.startswith("file:"):
             return self._record_for_path(task_id[5:])
         return None
+
+    def _task_identity(self, task: GameRecord) -> dict:
+        """A generated game: :func:`.generate.game_identity` (family, goal and task text, room, receptacle counts, the
+        object types in each receptacle type; not ids, numbering or order). Another game: its PDDL problem (the
+        world and goal exactly as the engine plays them), without the problem's name."""
+        gamefile = Path(task.gamefile)
+        try:
+            traj = json.loads((gamefile.parent / "traj_data.json").read_text())
+        except (OSError, ValueError) as e:
+            raise TaskError(f"cannot read the traj_data.json of {gamefile}: {e}") from None
+        if "agentgym" in traj:
+            from .generate import game_identity
+
+            return game_identity(traj)
+        problem = json.loads(gamefile.read_text()).get("pddl_problem", "")
+        return {"pddl_problem": re.sub(r"\(define \(problem [^)]*\)", "", problem, count=1)}
 
     @staticmethod
     def _scan_other(split: str, task_id: str) -> GameRecord:

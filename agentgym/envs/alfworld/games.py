@@ -13,7 +13,8 @@ variable ``alfworld-download`` uses; default ``~/.cache/alfworld``), ``$AGENTGYM
 (``alfworld-download``) — instead of the stock env's silent endless loop.
 
 The ``generated`` split is :data:`GENERATED_SIZE` games of :mod:`.generate` with seed :data:`GENERATED_SEED`
-(indices 0..N-1, family ``FAMILIES[i % 6]``). Each game is generated the first time it is needed and cached under
+(indices 0..N-1, family ``FAMILIES[i % 6]``; ``generated_size`` up to :data:`GENERATED_LIMIT`, the range checked
+free of repeated games: :func:`.generate.find_repeated_games`). Each game is generated the first time it is needed and cached under
 ``$AGENTGYM_CACHE`` (else ``$XDG_CACHE_HOME/agentgym``, else ``~/.cache/agentgym``) ``/alfworld/generated-v<version>``.
 """
 
@@ -27,15 +28,14 @@ from pathlib import Path
 
 from ...data import cache_root, shared_data_dirs
 from ...errors import DataNotFoundError, TaskError
+from .generate import GENERATED_LIMIT, GENERATED_SEED, GENERATED_SIZE
 from .scenes import FAMILIES
 
-__all__ = ["GameRecord", "OFFICIAL_SPLITS", "GENERATED_SEED", "GENERATED_SIZE", "official_split_dir", "scan_games",
+__all__ = ["GameRecord", "OFFICIAL_SPLITS", "GENERATED_SEED", "GENERATED_SIZE", "GENERATED_LIMIT", "official_split_dir",
+           "scan_games",
            "cache_root", "generated_game", "generated_family", "family_of_folder"]
 
 OFFICIAL_SPLITS = ("train", "valid_seen", "valid_unseen")
-#: The fixed seed of the embedded ``generated`` split and its size (10 games per family; more with generated_size).
-GENERATED_SEED = 20261122
-GENERATED_SIZE = 60
 _REL = Path("alfworld") / "json_2.1.1"  # the official layout under an agentgym data root
 _DOWNLOAD_HINT = ("get the official games with `pip install alfworld && alfworld-download` (writes "
                   "$ALFWORLD_DATA/json_2.1.1, default ~/.cache/alfworld), or pass data_path=..., or play the "

@@ -12,17 +12,16 @@ expert is not used here: Fast Downward's search takes minutes on some pick-two s
 ``game.tw-pddl`` holds the ``alfred.pddl`` domain and ``alfred.twl2`` grammar shipped in the alfworld wheel (with the
 task text substituted for ``UNKNOWN GOAL``, as ``add_task_to_grammar`` does) and the generated PDDL problem;
 ``traj_data.json`` holds ALFRED's ``task_type`` and ``pddl_params`` (which the handcoded expert reads) plus the scene
-summary. Same seed and index, same bytes. CLI: ``agentgym alfworld generate --out DIR --n N`` (:func:`main`).
+summary. Same seed and index, same bytes. CLI: ``agentgym alfworld generate --out DIR --n N``
+(:mod:`.cli`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,12 +32,20 @@ from ...data import find_data
 from ...errors import AgentGymError
 from .scenes import FAMILIES, Scene, SceneError, sample_scene, scene_to_pddl, task_description
 
-__all__ = ["GeneratedGame", "generate_game", "write_game", "generate", "main", "game_logic", "GENERATOR_VERSION",
-           "GenerationError"]
+__all__ = ["GeneratedGame", "generate_game", "write_game", "generate", "game_logic", "GENERATOR_VERSION",
+           "GenerationError", "game_identity", "candidate_identities", "find_repeated_games", "DistinctCheck"]
 
 logger = logging.getLogger(__name__)
 GENERATOR_VERSION = 1
 MAX_ATTEMPTS = 40
+#: The ``generated`` split of ALFWorld-v0 (:mod:`.games`): its fixed seed and default size (10 games per family;
+#: more with ``generated_size``).
+GENERATED_SEED = 20261122
+GENERATED_SIZE = 60
+#: Its ids: gen-0 .. gen-{GENERATED_LIMIT - 1}. No two of them can be the same game (``agentgym alfworld
+#: check-distinct --n 10000`` checks every scene the generator may keep for each against all the others'); a larger
+#: index is refused rather than played unchecked.
+GENERATED_LIMIT = 10_000
 
 
 class GenerationError(AgentGymError):
@@ -101,6 +108,65 @@ def _traj_data(scene: Scene, seed: int, index: int, attempt: int, desc: str, tri
         "agentgym": {"generator": "agentgym.envs.alfworld.generate", "version": GENERATOR_VERSION, "seed": seed,
                      "index": index, "attempt": attempt},
     }
+
+
+def game_identity(traj: dict) -> dict:
+    """What makes a generated game the game it is, read from its ``traj_data.json``: the family, the goal (targets
+    and task text), the room, how many receptacles of each type it has, and which object types start in which
+    receptacle types. Ids, coordinates, locations, the receptacles' numbering and listing order, the seed, index and
+    attempt are left out, so two games that differ only there count as the same game (a coarser identity than the
+    game file's bytes: distinct identities are distinct tasks for an agent)."""
+    scene = traj["scene"]
+    return {"family": traj["task_type"], "goal": {k: traj["pddl_params"][k] for k in
+                                                  ("object_target", "parent_target", "toggle_target")},
+            "task": traj["turk_annotations"]["anns"][0]["task_desc"], "room": scene["room"],
+            "receptacles": dict(sorted(scene["receptacles"].items())),
+            "objects": sorted([p["objectName"], p["parentReceptacle"]] for p in scene["object_poses"])}
+
+
+def candidate_identities(seed: int, index: int, family: str | None = None) -> list[tuple[int, dict]]:
+    """(attempt, :func:`game_identity`) of every scene :func:`generate_game` may keep for game ``index`` of ``seed``:
+    each feasible attempt of the ``MAX_ATTEMPTS`` (which one is kept depends on alfworld's expert, not run here)."""
+    family = FAMILIES[index % len(FAMILIES)] if family is None else family
+    out = []
+    for attempt in range(MAX_ATTEMPTS):
+        try:
+            scene = sample_scene(np.random.default_rng([int(seed), int(index), attempt]), family)
+        except SceneError:
+            continue
+        trial = f"trial_G{seed}_{index:05d}"
+        out.append((attempt, game_identity(_traj_data(scene, int(seed), int(index), attempt, task_description(scene),
+                                                      trial))))
+    return out
+
+
+@dataclass(frozen=True)
+class DistinctCheck:
+    """What :func:`find_repeated_games` found: ``repeats`` (index, attempt, other index, other attempt) for every two
+    candidate scenes of different indices that share an identity, and how many candidates and identities it saw."""
+
+    repeats: tuple[tuple[int, int, int, int], ...]
+    candidates: int
+    identities: int
+
+
+def find_repeated_games(seed: int, n: int, start: int = 0, progress=None) -> DistinctCheck:
+    """Whether two of games ``start .. start+n-1`` of ``seed`` could be the same game: every candidate scene
+    (:func:`candidate_identities`) of each index against those of the others. No repeats means no two of these games
+    can repeat one another, whichever attempts alfworld's expert keeps. ``progress(done)`` is called after each
+    index."""
+    first: dict[str, tuple[int, int]] = {}
+    repeats = []
+    candidates = 0
+    for i in range(start, start + n):
+        for attempt, identity in candidate_identities(seed, i):
+            candidates += 1
+            other = first.setdefault(json.dumps(identity, sort_keys=True), (i, attempt))
+            if other[0] != i:
+                repeats.append((i, attempt, *other))
+        if progress is not None:
+            progress(i - start + 1)
+    return DistinctCheck(tuple(repeats), candidates, len(first))
 
 
 _VERIFIER = None
@@ -246,38 +312,3 @@ def generate(out: str | Path, n: int, seed: int = 0, *, split: str = "generated"
         paths.append(write_game(Path(out) / split, game))
         logger.info("ALFWorld generator: wrote %s", paths[-1].parent)
     return paths
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``agentgym alfworld generate --out DIR --n N [--seed S] [--split NAME] [--start I] [--family F ...]``.
-
-    ``argv`` is what follows ``agentgym alfworld`` (the subcommand first), as :func:`agentgym.cli.main` passes it.
-    """
-    parser = argparse.ArgumentParser(prog="agentgym alfworld", description="ALFWorld tools.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("generate", description="Write expert-verified ALFWorld games in the official layout.",
-                       help="write expert-verified games in ALFWorld's layout (OUT/<split>/<task>/<trial>/)")
-    g.add_argument("--out", required=True, help="output root; games go to OUT/<split>/<task>/<trial>/ (for "
-                                                "alfworld's own AlfredTWEnv: --out $ALFWORLD_DATA/json_2.1.1 "
-                                                "--split train)")
-    g.add_argument("--n", type=int, required=True, help="number of games")
-    g.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
-    g.add_argument("--split", default="generated", help="split folder name (default: generated)")
-    g.add_argument("--start", type=int, default=0, help="first game index (default: 0)")
-    g.add_argument("--family", action="append", choices=FAMILIES, help="restrict to these families, repeatable "
-                                                                        "(default: every family, in turn)")
-    args = parser.parse_args(argv)
-    if args.n < 0:
-        parser.error("--n must be >= 0")
-    try:
-        paths = generate(args.out, args.n, args.seed, split=args.split, start=args.start,
-                         families=tuple(args.family) if args.family else None)
-    except AgentGymError as e:
-        sys.stderr.write(f"error: {e}\n")
-        return 2
-    sys.stdout.write(f"wrote {len(paths)} games under {Path(args.out) / args.split}\n")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""ALFWorld prompts: the Appendix J template (bipace.txt) and optional ReAct few-shot examples.
+"""ALFWorld prompts: the Appendix J template of the BiPACE paper and optional ReAct few-shot examples.
 
 The template is the paper's ALFWorld prompt: task, the last ``history_length`` observation/action pairs, the current
 observation, the admissible actions, and the ``<think>``/``<action>`` instruction. The ReAct option prepends

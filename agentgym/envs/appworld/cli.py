@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import subprocess
 import sys
 import time
 
@@ -36,13 +37,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.command == "setup":
-        inst = setup(args.root, python=args.python)
-        if not args.no_build:
-            from .tasks import ensure_build
+        from ...cli_progress import StepBars
 
-            t0 = time.monotonic()
-            build = ensure_build(inst)
-            logger.info("our AppWorld task suite is built at %s (%.0fs)", build.root, time.monotonic() - t0)
+        with StepBars() as bars:  # pip's packages, then the suite's tasks (the two long steps: a minute or more each)
+            try:
+                inst = setup(args.root, python=args.python, progress=bars)
+            except subprocess.CalledProcessError as e:
+                bars.close()
+                sys.stderr.write(f"error: {' '.join(map(str, e.cmd))} failed (exit {e.returncode}); its last "
+                                 f"lines:\n{e.output or ''}\n")
+                return 1
+            if not args.no_build:
+                from .tasks import ensure_build
+
+                t0 = time.monotonic()
+                build = ensure_build(inst, progress=bars)
+                bars.close()
+                logger.info("our AppWorld task suite is built at %s (%.0fs)", build.root, time.monotonic() - t0)
         sys.stdout.write(json.dumps({"root": str(inst.root), "python": str(inst.python),
                                      "version": inst.version}) + "\n")
         return 0

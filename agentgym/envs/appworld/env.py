@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -50,9 +50,9 @@ from .pool import EXPERIMENT, ApiProcess, Worker, WorkerSpec, get_pool
 from .sandbox import SandboxLimits, allowed_missing, probe, sandbox_mode, unsafe_from_env
 from .install import require_install
 from .tasks import (RENAMED, AppWorldTask, Build, ensure_build, load_tasks, official_root, official_task_ids,
-                    scenario_of, split_tasks, suite_digest)
+                    scenario_of, split_tasks, suite_digest, task_identity)
 
-__all__ = ["AppWorldEnv", "FAILURE_MARKER", "is_failure", "scenario_goal_completion"]
+__all__ = ["AppWorldEnv", "FAILURE_MARKER", "is_failure"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,20 +88,6 @@ def is_failure(output: str) -> bool:
     """Whether an AppWorld execution output reports a failure."""
     return output.lstrip().startswith(FAILURE_MARKER)
 
-
-def scenario_goal_completion(results: Iterable[tuple[str, bool]]) -> float:
-    """Deprecated: :func:`agentgym.eval.summary.scenario_goal_completion` (one SGC, over results rows; None, not 0.0,
-    when there is no scenario). Kept for one release: SGC over ``(task_id, won)`` pairs, 0.0 for none."""
-    import importlib
-    import warnings
-
-    warnings.warn("agentgym.envs.appworld.env.scenario_goal_completion is deprecated; use "
-                  "agentgym.eval.summary.scenario_goal_completion over rows with scenario_id and won",
-                  DeprecationWarning, stacklevel=2)
-    # By name: the env does not depend on the eval package.
-    summary = importlib.import_module("agentgym.eval.summary")
-    sgc = summary.scenario_goal_completion([{"scenario_id": scenario_of(t), "won": bool(w)} for t, w in results])
-    return 0.0 if sgc is None else float(sgc[0])
 
 
 class AppWorldEnv(AgentEnv):
@@ -175,6 +161,9 @@ class AppWorldEnv(AgentEnv):
 
     def _load_task(self, task_id: str) -> AppWorldTask | None:
         return self._by_id.get(task_id)
+
+    def _task_identity(self, task: AppWorldTask) -> dict:
+        return task_identity(task)
 
     # ---- data and workers ---------------------------------------------------------------------------------
     def _paths(self) -> tuple[str, str, str | None]:

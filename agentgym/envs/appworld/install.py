@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import MissingDependencyError
+from ...setup_steps import ProgressFn, pip_install
 
 __all__ = ["APPWORLD_VERSION", "AppWorldInstall", "default_root", "find_install", "record_install", "setup"]
 
@@ -115,8 +116,9 @@ def _run(cmd: list[str], **kw) -> None:
 
 
 def setup(root: str | os.PathLike | None = None, *, python: str | None = None,
-          pip_args: tuple[str, ...] = ()) -> AppWorldInstall:
-    """Create (or complete) the AppWorld venv under ``root``; returns the install. Idempotent."""
+          pip_args: tuple[str, ...] = (), progress: ProgressFn | None = None) -> AppWorldInstall:
+    """Create (or complete) the AppWorld venv under ``root``; returns the install. Idempotent. ``progress`` receives
+    the pip step's reports (:mod:`agentgym.setup_steps`; the CLI draws them as bars)."""
     base = Path(root).expanduser() if root is not None else default_root()
     base.mkdir(parents=True, exist_ok=True)
     venv = base / "venv"
@@ -127,7 +129,8 @@ def setup(root: str | os.PathLike | None = None, *, python: str | None = None,
     check = subprocess.run([str(vpy), "-c", "import appworld, sys; sys.stdout.write(appworld.__version__)"],
                            capture_output=True, text=True)
     if check.returncode != 0 or check.stdout.strip() != APPWORLD_VERSION:
-        _run([str(vpy), "-m", "pip", "install", "-q", f"appworld=={APPWORLD_VERSION}", *pip_args])
+        pip_install(str(vpy), [f"appworld=={APPWORLD_VERSION}"], extra_args=pip_args, progress=progress,
+                    what="AppWorld venv")
     t_pip = time.monotonic() - t0
     # `appworld install` decrypts the app sources bundled in the wheel (offline). It is idempotent.
     _run([str(venv / "bin" / "appworld"), "install"], cwd=str(base), stdout=subprocess.DEVNULL)

@@ -56,21 +56,6 @@ __all__ = ["Worker", "ApiProcess", "WorkerPool", "WorkerSpec", "get_pool", "get_
            "close_servers", "EXPERIMENT", "MAX_LINE_BYTES", "Replies", "ChannelClosed", "kill_child", "make_workspace",
            "log_tail"]
 
-#: Moved to :mod:`.evaluation` (this path works for one more release, with a DeprecationWarning).
-_MOVED = ("run_evaluator", "EvaluationError", "EvaluationTimeoutError")
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-        import warnings
-
-        warnings.warn(f"agentgym.envs.appworld.pool.{name} moved to agentgym.envs.appworld.evaluation.{name}",
-                      DeprecationWarning, stacklevel=2)
-        # By name: evaluation imports this module, and a shim must not close that circle.
-        return getattr(importlib.import_module("agentgym.envs.appworld.evaluation"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 logger = logging.getLogger(__name__)
 
 _HERE = Path(__file__).resolve().parent

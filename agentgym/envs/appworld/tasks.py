@@ -42,10 +42,12 @@ from pathlib import Path
 from string import Template
 
 from ...errors import DataNotFoundError, EnvCrashError, TaskError
+from ...setup_steps import ProgressFn, StepProgress, run_lines
 from .install import APPWORLD_VERSION, AppWorldInstall
 
 __all__ = ["AppWorldTask", "Build", "TASK_DIR", "SPLITS", "RENAMED", "load_tasks", "split_tasks", "split_task_ids",
-           "ensure_build", "verify_build", "official_root", "official_task_ids", "scenario_of", "CELL_SEPARATOR"]
+           "ensure_build", "verify_build", "official_root", "official_task_ids", "scenario_of", "CELL_SEPARATOR",
+           "task_identity"]
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +184,22 @@ def split_task_ids(split: str, task_dir: str | os.PathLike | None = None) -> lis
     return [t.task_id for t in split_tasks(split, task_dir)]
 
 
+#: The parts of a task's spec that make it the task it is (:func:`task_identity`).
+IDENTITY_FIELDS = ("instruction", "supervisor", "datetime", "seed", "supervisor_fields", "public_data",
+                   "private_data", "answer", "evaluation")
+
+
+def task_identity(task: AppWorldTask) -> dict:
+    """What makes a task of our suite the task it is, apart from its id: the instruction, the initial state of the
+    apps (seed records, supervisor and their fields, the date) and what wins it (public and private data, the answer,
+    the evaluation). Not the gold solution's code, the apps list or the level, which follow from these. Two tasks
+    with the same identity are the same task; tasks that share an instruction but start from different app states
+    are different tasks (``gfileorg_1`` .. ``_6``). An official task: its id (its data is AppWorld's)."""
+    if task.official:
+        return {"official": task.task_id}
+    return {k: task.spec.get(k) for k in IDENTITY_FIELDS}
+
+
 @dataclass(frozen=True)
 class Build:
     """A built task set: ``full_data`` (with ground truth, evaluator only), ``world_data`` (what workers see)."""
@@ -241,9 +259,10 @@ def verify_build(build: Build) -> str | None:
 
 
 def ensure_build(install: AppWorldInstall, tasks: tuple[AppWorldTask, ...] | None = None,
-                 timeout: float = 1800.0) -> Build:
+                 timeout: float = 1800.0, progress: ProgressFn | None = None) -> Build:
     """Build ``tasks`` (default: the whole suite) into the official layout (once per content hash, and again when
-    the cached build no longer matches its manifest); return where it is."""
+    the cached build no longer matches its manifest); return where it is. ``progress`` receives a report per task
+    built (the builder prints one line per task; a tenth of them are logged)."""
     tasks = load_tasks() if tasks is None else tuple(tasks)
     spec = _build_spec(tasks)
     digest = _digest(spec)
@@ -262,16 +281,50 @@ def ensure_build(install: AppWorldInstall, tasks: tuple[AppWorldTask, ...] | Non
         spec_path = install.builds_dir / f".{digest}.spec.json"
         spec_path.write_text(json.dumps(spec))
         t0 = time.monotonic()
-        proc = subprocess.run([str(install.python), "-I", str(BUILDER_SCRIPT), str(spec_path), str(out)],
-                              capture_output=True, timeout=timeout, cwd=str(install.builds_dir),
-                              env={"PATH": "/usr/bin:/bin", "HOME": str(install.root), "LANG": "C.UTF-8",
-                                   "TZ": "UTC", "PYTHONHASHSEED": "0"})
-        if proc.returncode != 0 or not build.manifest.is_file():
-            raise EnvCrashError(f"building the AppWorld task set failed (exit {proc.returncode}):\n"
-                                f"{proc.stderr.decode('utf-8', 'replace')[-3000:]}")
+        lines = _BuildLines(len(tasks), progress)
+        try:
+            run_lines([str(install.python), "-I", str(BUILDER_SCRIPT), str(spec_path), str(out)], lines,
+                      timeout=timeout, cwd=str(install.builds_dir),
+                      env={"PATH": "/usr/bin:/bin", "HOME": str(install.root), "LANG": "C.UTF-8", "TZ": "UTC",
+                           "PYTHONHASHSEED": "0"})
+        except subprocess.CalledProcessError as e:
+            raise EnvCrashError(f"building the AppWorld task set failed (exit {e.returncode}):\n"
+                                f"{e.output[-3000:]}") from e
+        if not build.manifest.is_file():
+            raise EnvCrashError(f"building the AppWorld task set wrote no manifest into {out}")
         spec_path.unlink(missing_ok=True)
         logger.info("built %d AppWorld tasks into %s in %.1fs", len(tasks), out, time.monotonic() - t0)
     return build
+
+
+class _BuildLines:
+    """Reads the builder's output: ``{"progress": "base"}`` once the apps' base databases exist, then
+    ``{"built": task_id}`` per task (from its worker processes, in any order)."""
+
+    def __init__(self, total: int, progress: ProgressFn | None):
+        self.total, self.progress, self.built = total, progress, 0
+
+    def __call__(self, line: str) -> None:
+        if not line.startswith("{"):
+            return
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            return
+        if not isinstance(msg, dict):
+            return
+        if "built" in msg:
+            self.built += 1
+            if self.built * 10 // self.total > (self.built - 1) * 10 // self.total:
+                logger.info("AppWorld suite: %d/%d tasks built", self.built, self.total)
+            report = StepProgress("build tasks", self.built, self.total, str(msg["built"]))
+        elif msg.get("progress") == "base":
+            logger.info("AppWorld suite: base databases built; building %d tasks", self.total)
+            report = StepProgress("build tasks", 0, self.total, "")
+        else:
+            return
+        if self.progress is not None:
+            self.progress(report)
 
 
 def official_root() -> Path | None:

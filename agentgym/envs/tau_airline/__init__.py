@@ -18,7 +18,7 @@ ENTRY = EnvEntry(
         "base": "all 50 airline tasks (train + test)",
     },
     default_split="test",
-    extra="tau_airline",
+    extra="tau-airline",
     data={"test": DATA, "train": DATA, "base": DATA},
     description="τ²-bench airline customer service: tool calls on a flight DB, a simulated user, DB-hash reward",
 )

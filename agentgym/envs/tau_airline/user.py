@@ -44,7 +44,7 @@ from typing import Any, Callable, Sequence
 
 from ...data import find_data
 from ...errors import DataNotFoundError, EnvCrashError, EpisodeTimeoutError
-from ...net import urlopen
+from ...net import MODEL_ANSWER_MAX_BYTES, ResponseTooLarge, bounded_request
 from .db import canonical_json
 from .tasks import DEFAULT_TASK_SET, AirlineTask, check_task_set
 
@@ -274,6 +274,11 @@ class LLMUserConfig:
     max_tokens: int | None = None
 
 
+def _location(answer) -> str:
+    where = answer.headers.get("Location") if answer.headers is not None else None
+    return f" redirect to {where!r} (not followed)" if where else ""
+
+
 class OpenAIChat:
     """``messages -> str`` over ``POST {base_url}/chat/completions`` (stdlib HTTP; bounded retries)."""
 
@@ -294,19 +299,25 @@ class OpenAIChat:
         for attempt in range(self.cfg.max_retries + 1):
             req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
             try:
-                with urlopen(req, timeout=self.cfg.timeout_s) as resp:
-                    payload = json.loads(resp.read().decode("utf-8"))
-                content = payload["choices"][0]["message"]["content"]
-                if not isinstance(content, str):
-                    raise UserSimulatorError(f"the user model returned no text content: {payload!r:.200}")
-                return content
-            except urllib.error.HTTPError as e:
-                last = e
-                if e.code < 500 and e.code != 429:
-                    break  # a client error will not fix itself
+                # the whole request within timeout_s, redirects never followed (the key stays with its origin), the
+                # answer capped: a hostile or broken user-model server cannot hang or flood an episode
+                answer = bounded_request(req, timeout_s=self.cfg.timeout_s, max_bytes=MODEL_ANSWER_MAX_BYTES)
+                if not 200 <= answer.status < 300:
+                    last = UserSimulatorError(f"HTTP {answer.status}{_location(answer)}: "
+                                              f"{answer.body[:200].decode('utf-8', 'replace')}")
+                    if answer.status < 500 and answer.status != 429:
+                        break  # a client error (or a redirect, never followed) will not fix itself
+                else:
+                    payload = json.loads(answer.body.decode("utf-8"))
+                    content = payload["choices"][0]["message"]["content"]
+                    if not isinstance(content, str):
+                        raise UserSimulatorError(f"the user model returned no text content: {payload!r:.200}")
+                    return content
+            except ResponseTooLarge as e:
+                raise UserSimulatorError(f"the user model's answer from {self.url} is too long: {e}") from e
             except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
                 last = e
-            except (KeyError, IndexError, TypeError, json.JSONDecodeError) as e:
+            except (KeyError, IndexError, TypeError, ValueError) as e:  # ValueError: bad JSON or UTF-8
                 raise UserSimulatorError(f"malformed reply from {self.url}: {type(e).__name__}: {e}") from e
             if attempt < self.cfg.max_retries:
                 time.sleep(min(0.5 * 2 ** attempt, 4.0))

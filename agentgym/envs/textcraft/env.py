@@ -50,8 +50,8 @@ from ...prompts import PromptTemplate, think_action_instruction
 from .canonical import COULD_NOT_EXECUTE, adapt_step, count_text, lenient_command
 from .oracle import PlanError, plan
 from .recipes import CraftingGraph, display_name, item_id, load_recipes
-from .tasks import (GENERATED_SPLITS, SPLITS, TextCraftTask, generate_task, load_split, parse_generated_id,
-                    task_from_dict)
+from .tasks import (GENERATED_SPLITS, SPLITS, TextCraftTask, generate_task, generated_split_size, generated_task_ids,
+                    load_split, parse_generated_id, task_from_dict, task_identity)
 
 __all__ = ["TextCraftEnv", "get_graph", "MAX_COUNT", "RULES", "default_rules"]
 
@@ -204,9 +204,10 @@ class TextCraftEnv(AgentEnv):
 
     # ---- tasks --------------------------------------------------------------------------------------------
     def tasks(self) -> tuple[TextCraftTask, ...]:
-        """The split's tasks (file-backed splits only)."""
+        """The split's tasks, in order (a generated split's too: one per goal item of its depth)."""
         if self.split in GENERATED_SPLITS:
-            raise TaskError(f"split {self.split!r} is generated and unbounded; use task ids gen-dD-i")
+            depth = GENERATED_SPLITS[self.split]
+            return tuple(generate_task(self.graph, depth, i) for i in range(generated_split_size(self.graph, depth)))
         key = (self.split, id(self.graph), self._task_file, self.rules, self.allow_batch_craft)
         if key not in _TASK_CACHE:
             tasks = load_split(self.split, self.graph, path=self._task_file)
@@ -249,26 +250,26 @@ class TextCraftEnv(AgentEnv):
             out.extend([single] * k)
         return tuple(out)
 
-    # Task data for the contract's selection (agentgym.core): file-backed splits list their tasks, generated
-    # splits build task gen-dD-i on demand.
-    def _split_task_ids(self) -> list[str] | None:
+    # Task data for the contract's selection (agentgym.core): every split lists its task ids; a generated split's
+    # tasks (gen-dD-i, one per goal item of depth D) are built on demand.
+    def _split_task_ids(self) -> list[str]:
         if self.split in GENERATED_SPLITS:
-            return None
+            return generated_task_ids(self.graph, GENERATED_SPLITS[self.split])
         return [t.task_id for t in self.tasks()]
-
-    def _generated_task_id(self, index: int) -> str:
-        return f"gen-d{GENERATED_SPLITS[self.split]}-{index}"
 
     def _load_task(self, task_id: str) -> TextCraftTask | None:
         gen = parse_generated_id(task_id)
         if gen is not None:
-            return generate_task(self.graph, *gen)
+            return generate_task(self.graph, *gen)  # TaskError past the split's end, saying how many tasks it has
         if self.split in GENERATED_SPLITS:
             return None
         tasks = self.tasks()
         if self._by_id is None or self._by_id[0] is not tasks:
             self._by_id = (tasks, {t.task_id: t for t in tasks})
         return self._by_id[1].get(task_id)
+
+    def _task_identity(self, task: TextCraftTask) -> dict:
+        return task_identity(task)
 
     def _task_from_dict(self, task: Any) -> TextCraftTask:
         return task_from_dict(task, self.graph)

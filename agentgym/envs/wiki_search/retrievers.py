@@ -39,7 +39,7 @@ def _retrieval_call(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except retrieval.MissingDependencyError as e:
-        raise MissingDependencyError(e.package, "retrieval", "WikiSearch retrieval") from e
+        raise MissingDependencyError(e.package, e.extra, "WikiSearch retrieval") from e
 
 
 def _build_cached(key: tuple, builder):

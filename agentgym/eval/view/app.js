@@ -27,6 +27,10 @@
   document.getElementById("meta").textContent =
     `${episodes.length} episodes from ${DATA.sources.join(", ")} · ${DATA.transcripts} with transcripts · ` +
     `generated ${DATA.generated}` + (DATA.full_prompts ? " · every turn's prompt" : " · first prompt of each episode");
+  // What the page left out or cut (malformed lines, unreadable transcripts, size limits): said where it shows.
+  const notes = document.getElementById("notes");
+  for (const n of DATA.notes || []) notes.appendChild(el("li", {text: n}));
+  notes.hidden = !(DATA.notes || []).length;
 
   function summaryTable() {
     const box = document.getElementById("summary");
@@ -129,8 +133,8 @@
       (e.error.message || "") + (e.error.traceback ? "\n\n" + e.error.traceback : ""), "error"));
     const tr = e.transcript;
     if (!tr) {
-      body.appendChild(el("p", {class: "note", text: "No transcript stored for this episode (run 'agentgym eval' " +
-        "without --no-transcripts to keep them)."}));
+      body.appendChild(el("p", {class: "note", text: e.transcript_note ? "No transcript shown: " + e.transcript_note :
+        "No transcript stored for this episode (run 'agentgym eval' without --no-transcripts to keep them)."}));
       return body;
     }
     if (!tr.turns.length) body.appendChild(block("first observation", tr.first_observation));
@@ -163,7 +167,8 @@
       nodes[i].hidden = !ok;
       if (ok) shown += 1;
     });
-    document.getElementById("count").textContent = `${shown} of ${episodes.length} episodes`;
+    document.getElementById("count").textContent = `${shown} of ${episodes.length} episodes` +
+      (DATA.episodes_total > episodes.length ? ` (${DATA.episodes_total} in the files)` : "");
   }
   for (const f of Object.values(filters)) f.addEventListener("input", applyFilters);
   summaryTable();

@@ -147,6 +147,8 @@ def _build_tasks_in_parallel(tasks, full, all_apps, base):
             try:
                 for task in tasks[w::workers]:
                     _build_task(task, full, all_apps, base)
+                    # one short write per task: whole lines in the parent's pipe, whichever worker writes
+                    os.write(1, (json.dumps({"built": task["task_id"]}) + "\n").encode())
             except BaseException:  # noqa: BLE001 - reported by the exit code; the traceback is on stderr
                 import traceback
 
@@ -186,6 +188,8 @@ def main(argv):
         _write_json(os.path.join(doc_dir, app + ".json"),
                     {k: dict(v, canary_string=CANARY_STRING) for k, v in docs.items()})
     base = _build_base(full, all_apps, api_docs)
+    sys.stdout.write(json.dumps({"progress": "base"}) + "\n")
+    sys.stdout.flush()  # before the fork: the workers must not inherit it unwritten
     _build_tasks_in_parallel(spec["tasks"], full, all_apps, base)
     ds = os.path.join(full, "data", "datasets")
     os.makedirs(ds, exist_ok=True)
