@@ -385,7 +385,10 @@ def training_tasks(s: TrainSettings):
         return make_task_dataset(s.env, env_kwargs=training_env_kwargs(s), seed=s.seed, task_ids=s.task_ids)
     if s.n_tasks is None or s.n_tasks < 1:
         raise SettingsError("--n-tasks must be >= 1 (or give --task-ids)")
-    return make_task_dataset(s.env, s.n_tasks, env_kwargs=training_env_kwargs(s), seed=s.seed)
+    try:
+        return make_task_dataset(s.env, s.n_tasks, env_kwargs=training_env_kwargs(s), seed=s.seed)
+    except ValueError as e:  # a split smaller than --n-tasks
+        raise SettingsError(str(e)) from None
 
 
 def build_trainer(s: TrainSettings, model_path: str | None = None):

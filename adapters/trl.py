@@ -267,7 +267,8 @@ def env_return_reward(prompts, completions, ag_return=None, **kwargs) -> list[fl
 def make_task_dataset(env_id: str, n_tasks: int | None = None, *, env_kwargs: dict | None = None, seed: int = 0,
                       task_ids: Sequence[str] | None = None):
     """A ``datasets.Dataset`` with one row per task: ``prompt`` (a readable tag; the real prompt comes from the
-    env), ``task_id`` and ``seed``. Tasks come from ``env.task_ids(n_tasks)`` unless ``task_ids`` is given."""
+    env), ``task_id`` and ``seed``. Tasks come from ``env.task_ids(n_tasks)`` unless ``task_ids`` is given; a split
+    with fewer than ``n_tasks`` tasks is refused (``ValueError``), never silently shortened."""
     import agentgym
     from datasets import Dataset
 
@@ -277,6 +278,10 @@ def make_task_dataset(env_id: str, n_tasks: int | None = None, *, env_kwargs: di
             ids = list(env.task_ids(n_tasks))
         except TypeError:
             ids = list(env.task_ids())
+        if n_tasks is not None and len(ids) < n_tasks:
+            # taking fewer tasks than asked would change the experiment without a word
+            raise ValueError(f"{env_id} has {len(ids)} tasks here ({env_kwargs or {}}), fewer than the {n_tasks} "
+                             "asked for: ask for at most that many or choose a larger split")
         task_ids = ids[:n_tasks] if n_tasks is not None else ids
     rows = [{"prompt": f"{env_id}:{t}", "task_id": str(t), "seed": int(seed + k)} for k, t in enumerate(task_ids)]
     if not rows:
