@@ -97,7 +97,7 @@ def test_provenance_keys_name_the_version_and_the_source(tmp_path):
 
 
 def test_agentgym_train_refuses_a_stale_warm_start(tmp_path):
-    pytest.importorskip("trl", reason="needs the 'trl' extra: pip install 'agentgym-kit[trl]'")
+    pytest.importorskip("trl", reason="needs the 'trl' extra: pip install -e '.[trl]'")
     from adapters.train import SettingsError, TrainSettings, run_warm_start, warm_start_key
 
     from adapters.tiny import build_tiny_model, build_tokenizer, env_vocabulary

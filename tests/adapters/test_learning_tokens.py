@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-pytest.importorskip("trl", reason="needs the 'trl' extra: pip install 'agentgym-kit[trl]'")
+pytest.importorskip("trl", reason="needs the 'trl' extra: pip install -e '.[trl]'")
 
 import agentgym  # noqa: E402
 from agentgym.context import policy_context  # noqa: E402
