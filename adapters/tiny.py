@@ -174,7 +174,7 @@ def save_tiny_model(out_dir: str, env_id: str = "TextCraft-v0", *, n_tasks: int 
 
 def oracle_warmup(model: Any, tokenizer: Any, env_id: str, *, n_tasks: int = 4, steps: int = 30, lr: float = 3e-3,
                   env_kwargs: dict | None = None, max_prompt_tokens: int = 256, seed: int = 0,
-                  invalid_response: str | None = None) -> float:
+                  invalid_response: str | None = None, valid_response: str | None = None) -> float:
     """Behaviour cloning on the env's first oracle response per task (prompt -> ``oracle_action() + EOS``),
     ``steps`` full-batch Adam steps; returns the final loss. Only the response tokens are trained on.
 
@@ -182,7 +182,10 @@ def oracle_warmup(model: Any, tokenizer: Any, env_id: str, *, n_tasks: int = 4, 
     trained on that response as often as on the oracle's, so the model's likeliest first responses are a valid and
     an invalid action in about equal measure, whatever the CPU's arithmetic. Sampled episodes of one task then
     differ in their invalid-action penalties (a group with reward spread, non-zero advantages): the premise a
-    training test needs, guaranteed by the data rather than by a lucky draw."""
+    training test needs, guaranteed by the data rather than by a lucky draw. ``valid_response``: one response every
+    task accepts (e.g. TextCraft's ``<action>inventory</action>``), trained instead of each task's oracle action. Use
+    it where the prompts cannot tell the tasks apart (``max_prompt_tokens`` keeps only their common tail): the model
+    then blends the oracle actions of different tasks into invalid ones, and the valid half of the mix is lost."""
     import torch
 
     import agentgym
@@ -193,7 +196,8 @@ def oracle_warmup(model: Any, tokenizer: Any, env_id: str, *, n_tasks: int = 4, 
     for k, tid in enumerate(ids):
         env.reset(seed=seed + k, options={"task_id": tid})
         p = tokenizer(env.prompt(), add_special_tokens=False)["input_ids"][-max_prompt_tokens:]
-        for response in [env.oracle_action()] + ([invalid_response] if invalid_response is not None else []):
+        valid = valid_response if valid_response is not None else env.oracle_action()
+        for response in [valid] + ([invalid_response] if invalid_response is not None else []):
             a = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
             pairs.append((p, a))
     width = max(len(p) + len(a) for p, a in pairs)

@@ -2,7 +2,7 @@
 each estimator (one step for the rest of the 13). Checks: the loss is finite, parameters change exactly when some
 advantage the loss used was non-zero, observation tokens get zero advantage, and the advantages the trainer used
 equal ``estimators.compute_advantage`` on the same batch. The model's warm-up is a seeded scripted mix (each prompt
-trained on the oracle's first action and on an invalid one, equally often), so the sampled episodes of a group differ
+trained on a first action every task accepts and on an invalid one, equally often), so the sampled episodes of a group differ
 in their invalid-action penalties on any CPU: the two-step tests' premise, reward spread, holds by construction (a
 random model's draw, which depends on the CPU's arithmetic, left it to chance).
 The loss plan: every estimator's effective loss config is its spec recipe, and TRL's own loss configured by the
@@ -30,6 +30,9 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 
 PROMPT_TOKENS = 64
+#: a first response every task of the env accepts (no invalid-action penalty)
+VALID_EVERYWHERE = {"TextCraft-v0": "<action>inventory</action>",
+                    "WikiSearch-v0": "<search>Which two elements did Marie Curie discover?</search>"}
 N_TASKS = 2
 G = 4
 
@@ -37,10 +40,14 @@ G = 4
 def _tiny(env_id: str, out_dir, env_kwargs: dict | None = None):
     tok = build_tokenizer(env_vocabulary(env_id, 4, env_kwargs=env_kwargs))
     model = build_tiny_model(tok, hidden_size=32, seed=0)
-    # behaviour cloning on a scripted mix: the first response is the oracle's or an invalid one about equally
-    # often, so rewards differ inside a group (the invalid-action penalty) whatever the CPU
-    oracle_warmup(model, tok, env_id, n_tasks=N_TASKS, steps=40, lr=2e-2, env_kwargs=env_kwargs,
-                  max_prompt_tokens=PROMPT_TOKENS, invalid_response="no action")
+    # behaviour cloning on a scripted mix: the first response is a valid action or an invalid one about equally
+    # often, so rewards differ inside a group (the invalid-action penalty) whatever the CPU. The valid action is one
+    # every task accepts: the last PROMPT_TOKENS tokens of the tasks' prompts are the same instructions, so with each
+    # task's own oracle action the model learned a blend of them ("get 1 acacia"), invalid everywhere, and on some
+    # CPUs no group had any spread (issue 32)
+    oracle_warmup(model, tok, env_id, n_tasks=N_TASKS, steps=80, lr=2e-2, env_kwargs=env_kwargs,
+                  max_prompt_tokens=PROMPT_TOKENS, invalid_response="no action",
+                  valid_response=VALID_EVERYWHERE[env_id])
     # saved, so that TRL can load the reference model of recipes with a KL term from the model's path
     model.save_pretrained(out_dir)
     return tok, str(out_dir)
