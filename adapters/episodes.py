@@ -26,6 +26,7 @@ import numpy as np
 
 from agentgym.context import eos_token_ids, non_text_token_ids, response_transcript_ids
 from agentgym.rollout.records import episode_end_columns, step_columns
+from agentgym.rollout.sampling import GREEDY, Sampling, generate_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,10 @@ __all__ = ["EpisodeConfig", "TurnData", "Episode", "play_episodes", "episodes_to
 @dataclass(frozen=True)
 class EpisodeConfig:
     """Rollout settings. ``max_new_tokens``: per turn; ``max_completion_tokens``: the whole completion
-    (actions + observations); ``max_turns``: passed to the env (None keeps the env's default)."""
+    (actions + observations); ``max_turns``: passed to the env (None keeps the env's default). ``temperature``,
+    ``top_k`` (0: no cut) and ``top_p`` (1.0: no cut) are the sampling distribution when ``do_sample``
+    (:class:`agentgym.rollout.sampling.Sampling`; the defaults are the full temperature-1 distribution), else
+    decoding is greedy."""
 
     max_turns: int | None = 4
     max_new_tokens: int = 32
@@ -43,7 +47,7 @@ class EpisodeConfig:
     obs_template: str = "\n{observation}\n"
     temperature: float = 1.0
     top_p: float = 1.0
-    top_k: int | None = None
+    top_k: int = 0
     do_sample: bool = True
     max_prompt_tokens: int | None = None
     generation_kwargs: dict = field(default_factory=dict)
@@ -53,6 +57,13 @@ class EpisodeConfig:
         if self.max_new_tokens < 1 or self.max_completion_tokens < 1:
             raise ValueError("max_new_tokens and max_completion_tokens must be >= 1")
         self.context_form()  # checks obs_template and first_context
+        Sampling(self.temperature, self.top_k, self.top_p)  # checks the sampling settings
+        if self.do_sample and self.temperature == 0:
+            raise ValueError("do_sample with temperature 0: set do_sample=False for greedy decoding")
+
+    def sampling(self) -> Sampling:
+        """The distribution a response is drawn from (greedy unless ``do_sample``)."""
+        return Sampling(self.temperature, self.top_k, self.top_p) if self.do_sample else GREEDY
 
     def context_form(self):
         """The :class:`agentgym.context.ContextForm` these rollouts play in (a transcript)."""
@@ -119,9 +130,11 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
 
 
 def _generate(model: Any, contexts: list[list[int]], cfg: EpisodeConfig, pad_id: int, eos: list[int],
-              suppress: Sequence[int] = ()) -> list[list[int]]:
+              suppress: Sequence[int] = (), keys: Sequence[Any] | None = None) -> list[list[int]]:
     """One batched ``generate`` over left-padded contexts; returns each row's new tokens, cut after the first
-    EOS (kept) and stripped of padding. ``suppress``: token ids never generated (:func:`agentgym.context.non_text_token_ids`)."""
+    EOS (kept) and stripped of padding. ``suppress``: token ids never generated
+    (:func:`agentgym.context.non_text_token_ids`).
+    ``keys``: each row's sampling stream (:func:`agentgym.rollout.sampling.generate_kwargs`)."""
     import torch
 
     dev = next(model.parameters()).device
@@ -131,14 +144,10 @@ def _generate(model: Any, contexts: list[list[int]], cfg: EpisodeConfig, pad_id:
     for i, c in enumerate(contexts):
         ids[i, width - len(c):] = torch.as_tensor(c, dtype=torch.long)
         att[i, width - len(c):] = 1
-    kw = dict(max_new_tokens=cfg.max_new_tokens, do_sample=cfg.do_sample, pad_token_id=pad_id,
-              eos_token_id=eos or None)
+    kw = dict(max_new_tokens=cfg.max_new_tokens, pad_token_id=pad_id, eos_token_id=eos or None)
     if suppress:
         kw["suppress_tokens"] = list(suppress)
-    if cfg.do_sample:
-        kw.update(temperature=cfg.temperature, top_p=cfg.top_p)
-        if cfg.top_k is not None:
-            kw["top_k"] = cfg.top_k
+    kw.update(generate_kwargs(cfg.sampling(), keys, width))
     kw.update(cfg.generation_kwargs)
     was_training = model.training
     model.eval()
@@ -162,8 +171,12 @@ def _generate(model: Any, contexts: list[list[int]], cfg: EpisodeConfig, pad_id:
 
 
 def play_episodes(model: Any, tokenizer: Any, env_id: str, specs: Sequence[tuple[Any, int, int, int]], cfg: EpisodeConfig,
-                  *, env_kwargs: dict | None = None, envs: dict | None = None) -> list[Episode]:
+                  *, env_kwargs: dict | None = None, envs: dict | None = None,
+                  sampling_seed: int | Sequence[int] = 0) -> list[Episode]:
     """Play one episode per spec ``(task_id or None, seed, group_id, traj_id)`` with ``model``.
+
+    Sampled responses draw from the stream keyed ``(*sampling_seed, traj_id, turn)`` (an integer or a tuple of
+    them; :mod:`agentgym.rollout.sampling`): the same seed and trajectory ids give two models common random numbers.
 
     ``envs`` (optional) caches env instances by env id + kwargs across calls (constructing some envs costs
     seconds); pass the same dict each call. Env failures raise (the trainer cannot score them: a silent 0 would
@@ -182,6 +195,8 @@ def play_episodes(model: Any, tokenizer: Any, env_id: str, specs: Sequence[tuple
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or [0])[0]
     suppress = non_text_token_ids(tokenizer, eos)
     form = cfg.context_form()
+    base_key = (int(sampling_seed),) if isinstance(sampling_seed, (int, np.integer)) else \
+        tuple(int(x) for x in sampling_seed)
     episodes: list[Episode] = []
     for (task_id, seed, group_id, traj_id), env in zip(specs, pool):
         options = {"task_id": str(task_id)} if task_id is not None else None
@@ -200,7 +215,8 @@ def play_episodes(model: Any, tokenizer: Any, env_id: str, specs: Sequence[tuple
     active = list(range(len(episodes)))
     while active:
         contexts = [episodes[i].full_ids() for i in active]
-        actions = _generate(model, contexts, cfg, pad_id, eos, suppress)
+        keys = [(*base_key, episodes[i].traj_id, len(episodes[i].turns)) for i in active]
+        actions = _generate(model, contexts, cfg, pad_id, eos, suppress, keys)
         still = []
         for i, act in zip(active, actions):
             ep, env = episodes[i], pool[i]

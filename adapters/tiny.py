@@ -25,7 +25,8 @@ from typing import Any, Sequence
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TAG_TOKENS", "PIECE_PATTERN", "env_vocabulary", "build_tokenizer", "build_tiny_model", "save_tiny_model", "oracle_warmup",
+__all__ = ["TAG_TOKENS", "PIECE_PATTERN", "env_vocabulary", "build_tokenizer", "build_char_tokenizer", "build_tiny_model",
+           "save_tiny_model", "oracle_warmup",
            "trl_chat_template", "build_chat_tokenizer", "QWEN_SPECIAL_TOKENS", "QWEN_ADDED_TOKENS"]
 
 TAG_TOKENS = ("<action>", "</action>", "<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>",
@@ -115,6 +116,30 @@ def build_tokenizer(words: Sequence[str]):
     return tok
 
 
+#: The characters of :func:`build_char_tokenizer`: printable ASCII, newline and tab.
+CHARACTERS = tuple(chr(c) for c in range(32, 127)) + ("\n", "\t")
+
+
+def build_char_tokenizer(characters: Sequence[str] = CHARACTERS):
+    """A ``PreTrainedTokenizerFast`` with one token per character (default: printable ASCII, newline, tab), the
+    ``TAG_TOKENS`` kept whole, ``[PAD] [UNK] [BOS] [EOS]``, left padding. Every text made of these characters is
+    representable, a name the model never saw included (a word-level vocabulary gives such a name an untrained
+    embedding, or none); decoding joins the characters, so such text decodes to itself."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab: dict[str, int] = {}
+    for w in (*_SPECIAL, *TAG_TOKENS, *characters):
+        if w not in vocab:
+            vocab[w] = len(vocab)
+    tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tk.decoder = decoders.Fuse()
+    tk.add_tokens([AddedToken(t, normalized=False, special=False) for t in TAG_TOKENS])
+    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]", bos_token="[BOS]",
+                                   eos_token="[EOS]", padding_side="left")
+
+
 def build_tiny_model(tokenizer: Any, *, hidden_size: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
                      seed: int = 0, max_positions: int = 4096):
     """A randomly initialized ``LlamaForCausalLM`` sized for ``tokenizer`` (float32; see the module docstring for
@@ -148,9 +173,19 @@ def save_tiny_model(out_dir: str, env_id: str = "TextCraft-v0", *, n_tasks: int 
 
 
 def oracle_warmup(model: Any, tokenizer: Any, env_id: str, *, n_tasks: int = 4, steps: int = 30, lr: float = 3e-3,
-                  env_kwargs: dict | None = None, max_prompt_tokens: int = 256, seed: int = 0) -> float:
+                  env_kwargs: dict | None = None, max_prompt_tokens: int = 256, seed: int = 0,
+                  invalid_response: str | None = None, valid_response: str | None = None) -> float:
     """Behaviour cloning on the env's first oracle response per task (prompt -> ``oracle_action() + EOS``),
-    ``steps`` full-batch Adam steps; returns the final loss. Only the response tokens are trained on."""
+    ``steps`` full-batch Adam steps; returns the final loss. Only the response tokens are trained on.
+
+    ``invalid_response`` (e.g. ``"no action"``, which no env accepts) is a seeded scripted mix: each prompt is
+    trained on that response as often as on the oracle's, so the model's likeliest first responses are a valid and
+    an invalid action in about equal measure, whatever the CPU's arithmetic. Sampled episodes of one task then
+    differ in their invalid-action penalties (a group with reward spread, non-zero advantages): the premise a
+    training test needs, guaranteed by the data rather than by a lucky draw. ``valid_response``: one response every
+    task accepts (e.g. TextCraft's ``<action>inventory</action>``), trained instead of each task's oracle action. Use
+    it where the prompts cannot tell the tasks apart (``max_prompt_tokens`` keeps only their common tail): the model
+    then blends the oracle actions of different tasks into invalid ones, and the valid half of the mix is lost."""
     import torch
 
     import agentgym
@@ -161,8 +196,10 @@ def oracle_warmup(model: Any, tokenizer: Any, env_id: str, *, n_tasks: int = 4, 
     for k, tid in enumerate(ids):
         env.reset(seed=seed + k, options={"task_id": tid})
         p = tokenizer(env.prompt(), add_special_tokens=False)["input_ids"][-max_prompt_tokens:]
-        a = tokenizer(env.oracle_action(), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        pairs.append((p, a))
+        valid = valid_response if valid_response is not None else env.oracle_action()
+        for response in [valid] + ([invalid_response] if invalid_response is not None else []):
+            a = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            pairs.append((p, a))
     width = max(len(p) + len(a) for p, a in pairs)
     inp = torch.full((len(pairs), width), tokenizer.pad_token_id, dtype=torch.long)
     att = torch.zeros_like(inp)

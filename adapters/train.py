@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["TrainSettings", "SettingsError", "HELP", "parse_settings", "build_trainer", "training_tasks",
-           "training_env_kwargs", "episode_config", "run_warm_start", "load_v_table", "run", "main"]
+           "training_env_kwargs", "episode_config", "run_warm_start", "warm_start_key", "stale_warm_start",
+           "WARM_START_KEY", "load_v_table", "run", "main"]
 
 
 class SettingsError(ValueError):
@@ -77,20 +78,24 @@ class TrainSettings:
     max_prompt_tokens: int | None = None
     obs_template: str = DEFAULT_OBS_TEMPLATE
     temperature: float = 1.0
+    top_k: int = 0
     top_p: float = 1.0
     fingerprint_layer: int = -1
     invalid_action_penalty: float | None = None
     summarizer_url: str | None = None
     summarizer_model: str | None = None
     advantage_control: str | None = None
+    eps_calibration: str | None = None
     eval_every: int = 0
     eval_n_tasks: int | None = None
     eval_samples: int = 4
     warm_start: bool = False
-    warm_start_target: float = 0.3
+    warm_start_target: float | None = None
     warm_start_max_epochs: int = 60
-    warm_start_eval_every: int = 5
+    warm_start_eval_every: int = 0
     warm_start_learning_rate: float = 5e-3
+    warm_start_lr_schedule: str = "linear"
+    warm_start_loss_on: str = "completion"
     warm_start_seed: int = 0
     save_steps: int = 50
     save_total_limit: int | None = 3
@@ -138,25 +143,36 @@ HELP: dict[str, str] = {
     "max_completion_tokens": "tokens per episode completion (responses + observations)",
     "max_prompt_tokens": "keep the last N tokens of the first prompt (default: all)",
     "obs_template": "how an observation is appended to the transcript (must hold {observation})",
-    "temperature": "sampling temperature of the rollouts and of the sampled evaluation",
-    "top_p": "nucleus sampling of the rollouts",
+    "temperature": "sampling temperature of the rollouts and of the sampled evaluations",
+    "top_k": "sample among the k most likely tokens only (0: no cut; with --temperature 1 and --top-p 1 the full "
+             "distribution), rollouts and sampled evaluations",
+    "top_p": "nucleus sampling of the rollouts and sampled evaluations (1.0: no cut)",
     "fingerprint_layer": "hidden layer of BiGPO/BiPACE's actor fingerprints (negative: from the end)",
     "invalid_action_penalty": "the env's invalid-action penalty (env kwarg; default: the env's, 0)",
     "summarizer_url": "OpenAI-compatible server of SGCD's credit summarizer (default: the rule-based one)",
     "summarizer_model": "model name at --summarizer-url",
     "advantage_control": "a learning-lab control instead of the estimator's advantages: zero, sign_flip or shuffle "
                          "(advantages shuffled across the batch's episodes); None = the estimator's",
+    "eps_calibration": "BiGPO / BiPACE: eps from the paper's App. F search (median cluster size in [4, 8]): 'once' "
+                       "searches on the first batch and keeps it for the run (as the paper; checkpoints carry it), "
+                       "'each-batch' on every batch; None = the estimator config's eps (default 0.10 for hidden "
+                       "states)",
     "eval_every": "evaluate every N steps, at step 0 and at the end (0 = never): greedy and sampled success on a "
                   "fixed task set, logged to metrics.jsonl as eval/*",
     "eval_n_tasks": "the evaluation tasks: the first N training tasks (None: all of them)",
     "eval_samples": "sampled episodes per evaluation task (at --temperature; one greedy episode per task besides)",
     "warm_start": "first fine-tune --model on oracle transcripts of the training tasks (TRL SFTTrainer, in the "
-                  "context form) until sampled success reaches --warm-start-target; saved to "
-                  "OUTPUT_DIR/warm-start, RL then starts from it (--steps 0: the warm start only)",
-    "warm_start_target": "stop the warm start once sampled success on the training tasks reaches this",
-    "warm_start_max_epochs": "most SFT epochs over the oracle rows",
-    "warm_start_eval_every": "SFT epochs between success checks",
+                  "context form) for --warm-start-max-epochs epochs; saved to OUTPUT_DIR/warm-start, RL then starts "
+                  "from it (--steps 0: the warm start only)",
+    "warm_start_target": "stop the warm start early once sampled success on the training tasks reaches this (None: "
+                         "the fixed budget; a threshold makes the run hinge on one noisy comparison)",
+    "warm_start_max_epochs": "SFT epochs over the oracle rows (the budget; at most this many with a target)",
+    "warm_start_eval_every": "SFT epochs between success checks (0: one check, at the end)",
     "warm_start_learning_rate": "SFT learning rate",
+    "warm_start_loss_on": "what the SFT loss covers: completion (the oracle's responses) or transcript (every token, "
+                          "the observations too: a language-model objective on the env's text)",
+    "warm_start_lr_schedule": "SFT learning-rate schedule: constant, linear (decays to 0 at the end of the budget, so "
+                              "the last epochs settle instead of oscillating) or cosine",
     "warm_start_seed": "seed of the warm start (SFT order and its success checks)",
     "save_steps": "checkpoint every N steps (and at the end)",
     "save_total_limit": "checkpoints kept",
@@ -172,7 +188,7 @@ HELP: dict[str, str] = {
 _FIELDS = {f.name: f for f in fields(TrainSettings)}
 _JSON_FIELDS = ("estimator_config", "env_kwargs")
 _INT = {"n_tasks": int, "max_prompt_tokens": int, "save_total_limit": int, "eval_n_tasks": int}
-_FLOAT = ("beta", "epsilon", "epsilon_high", "invalid_action_penalty")
+_FLOAT = ("beta", "epsilon", "epsilon_high", "invalid_action_penalty", "warm_start_target")
 
 
 def _default_text(f) -> str:
@@ -213,6 +229,12 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument(flag, choices=FIRST_CONTEXTS, help=text)
         elif name == "advantage_control":
             p.add_argument(flag, choices=("zero", "sign_flip", "shuffle"), help=text)
+        elif name == "warm_start_loss_on":
+            p.add_argument(flag, choices=("completion", "transcript"), help=text)
+        elif name == "warm_start_lr_schedule":
+            p.add_argument(flag, choices=("constant", "linear", "cosine"), help=text)
+        elif name == "eps_calibration":
+            p.add_argument(flag, choices=("once", "each-batch"), help=text)
         else:
             p.add_argument(flag, type=_INT.get(name) or (int if type(f.default) is int else
                                                         float if isinstance(f.default, float) or name in _FLOAT
@@ -350,7 +372,7 @@ def episode_config(s: TrainSettings) -> "EpisodeConfig":
 
     return EpisodeConfig(max_turns=s.max_turns, max_new_tokens=s.max_new_tokens,
                          max_completion_tokens=s.max_completion_tokens, max_prompt_tokens=s.max_prompt_tokens,
-                         obs_template=s.obs_template, temperature=s.temperature, top_p=s.top_p,
+                         obs_template=s.obs_template, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
                          first_context=s.context_first)
 
 
@@ -363,7 +385,10 @@ def training_tasks(s: TrainSettings):
         return make_task_dataset(s.env, env_kwargs=training_env_kwargs(s), seed=s.seed, task_ids=s.task_ids)
     if s.n_tasks is None or s.n_tasks < 1:
         raise SettingsError("--n-tasks must be >= 1 (or give --task-ids)")
-    return make_task_dataset(s.env, s.n_tasks, env_kwargs=training_env_kwargs(s), seed=s.seed)
+    try:
+        return make_task_dataset(s.env, s.n_tasks, env_kwargs=training_env_kwargs(s), seed=s.seed)
+    except ValueError as e:  # a split smaller than --n-tasks
+        raise SettingsError(str(e)) from None
 
 
 def build_trainer(s: TrainSettings, model_path: str | None = None):
@@ -406,7 +431,7 @@ def build_trainer(s: TrainSettings, model_path: str | None = None):
             env_id=s.env, estimator=s.estimator, estimator_config=est_cfg, env_kwargs=env_kwargs,
             episode=episode_config(s),
             fingerprint_layer=s.fingerprint_layer, summarizer=summarizer, loss=s.loss,
-            advantage_control=s.advantage_control,
+            advantage_control=s.advantage_control, eps_calibration=s.eps_calibration,
             loss_overrides=_loss_overrides(s))
     except (ConfigError, ValueError) as e:  # an unknown estimator, config key or control
         raise SettingsError(str(e)) from None
@@ -432,8 +457,9 @@ def build_trainer(s: TrainSettings, model_path: str | None = None):
 
 def _eval_callback(trainer, s: TrainSettings, task_ids: list, seeds: list, path: Path):
     """``--eval-every``: greedy and sampled success on the fixed evaluation tasks at step 0, every N steps and at
-    the end (:func:`adapters.task_eval.evaluate_tasks`), appended to metrics.jsonl as ``eval/*`` (with
-    ``eval/per_task_sampled`` and ``eval/per_task_greedy``: task id -> success)."""
+    the end (:func:`adapters.task_eval.evaluate_tasks`, sampling seed ``--seed`` at every step), appended to
+    metrics.jsonl as ``eval/*`` (with the sampling settings, and ``eval/per_task_sampled`` and
+    ``eval/per_task_greedy``: task id -> success)."""
     from transformers import TrainerCallback
 
     from .task_eval import evaluate_tasks
@@ -451,9 +477,10 @@ def _eval_callback(trainer, s: TrainSettings, task_ids: list, seeds: list, path:
                 return
             done.add(state.global_step)
             model = trainer.accelerator.unwrap_model(trainer.model)
+            # the same sampling seed at every step: common random numbers, so the curve measures the model's change,
+            # not a new draw (an unchanged model scores exactly the same)
             res = evaluate_tasks(model, trainer.processing_class, s.env, tasks, cfg, seeds=task_seeds,
-                                 samples=s.eval_samples, seed=s.seed + 7919 * state.global_step,
-                                 env_kwargs=env_kwargs, envs=envs)
+                                 samples=s.eval_samples, seed=s.seed, env_kwargs=env_kwargs, envs=envs)
             rec = {"step": state.global_step, **res.metrics(),
                    "eval/per_task_sampled": res.per_task_sampled, "eval/per_task_greedy": res.per_task_greedy}
             with path.open("a", encoding="utf-8") as fh:
@@ -471,25 +498,70 @@ def _eval_callback(trainer, s: TrainSettings, task_ids: list, seeds: list, path:
     return _FixedTaskEval()
 
 
-def run_warm_start(s: TrainSettings) -> str:
-    """``--warm-start``: :func:`adapters.warm_start.warm_start` on the training tasks; returns the saved model's
-    directory (``OUTPUT_DIR/warm-start``; reused, not retrained, when it already holds ``warm_start.json``)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _warm_start_config(s: TrainSettings):
+    from .warm_start import WarmStartConfig
 
-    from .warm_start import WarmStartConfig, warm_start
-
-    out = Path(s.output_dir) / "warm-start"
-    if (out / "warm_start.json").is_file():
-        logger.info("warm start: reusing %s", out)
-        return str(out)
-    if not s.model:
-        raise SettingsError("--model is required (a Hugging Face model id or a local directory)")
     try:
-        cfg = WarmStartConfig(target=s.warm_start_target, max_epochs=s.warm_start_max_epochs,
-                              eval_every=s.warm_start_eval_every, learning_rate=s.warm_start_learning_rate,
-                              seed=s.warm_start_seed, samples=s.eval_samples)
+        return WarmStartConfig(target=s.warm_start_target, max_epochs=s.warm_start_max_epochs,
+                               eval_every=s.warm_start_eval_every, learning_rate=s.warm_start_learning_rate,
+                               seed=s.warm_start_seed, samples=s.eval_samples,
+                               lr_schedule=s.warm_start_lr_schedule, loss_on=s.warm_start_loss_on)
     except ValueError as e:
         raise SettingsError(str(e)) from None
+
+
+def warm_start_key(s: TrainSettings) -> dict:
+    """What a warm start is made from (:func:`agentgym.provenance.artefact_key`): the starting model (a local
+    directory by its content), the env, the training tasks and their seeds, the rollout settings of its checks, the
+    SFT settings, and the code."""
+    from agentgym.provenance import artefact_key, directory_digest
+
+    ds = training_tasks(s)
+    model = Path(s.model)
+    return artefact_key({
+        "model": s.model, "model_digest": directory_digest(model) if model.is_dir() else None,
+        "env": s.env, "env_kwargs": training_env_kwargs(s), "task_ids": list(ds["task_id"]),
+        "task_seeds": list(ds["seed"]), "episode": dataclasses.asdict(episode_config(s)),
+        "warm_start": dataclasses.asdict(_warm_start_config(s)), "cpu": s.cpu})
+
+
+#: Beside a warm start's model: the key it was made with (:func:`warm_start_key`).
+WARM_START_KEY = "warm_start_key.json"
+
+
+def stale_warm_start(s: TrainSettings) -> str | None:
+    """Why the warm start in ``OUTPUT_DIR/warm-start`` may not be reused for ``s`` (None: there is none, or it was
+    made by these settings and this code)."""
+    from agentgym.provenance import read_key, stale_reason
+
+    out = Path(s.output_dir) / "warm-start"
+    if not (out / "warm_start.json").is_file():
+        return None
+    return stale_reason(read_key(out / WARM_START_KEY), warm_start_key(s))
+
+
+def run_warm_start(s: TrainSettings) -> str:
+    """``--warm-start``: :func:`adapters.warm_start.warm_start` on the training tasks; returns the saved model's
+    directory (``OUTPUT_DIR/warm-start``). One found there is reused only when its key (:func:`warm_start_key`:
+    settings, starting model and code) matches; a stale one is refused (:class:`SettingsError`), never reused."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentgym.provenance import write_key
+
+    from .warm_start import warm_start
+
+    out = Path(s.output_dir) / "warm-start"
+    if not s.model:
+        raise SettingsError("--model is required (a Hugging Face model id or a local directory)")
+    cfg = _warm_start_config(s)
+    if (out / "warm_start.json").is_file():
+        reason = stale_warm_start(s)
+        if reason is not None:
+            raise SettingsError(f"{out} holds a warm start made by other settings or code ({reason}): delete it or "
+                                "choose another --output-dir")
+        logger.info("warm start: reusing %s (same settings and code)", out)
+        return str(out)
+    key = warm_start_key(s)  # before training: the starting model's content, as given
     ds = training_tasks(s)
     tok = AutoTokenizer.from_pretrained(s.model)
     if tok.pad_token is None:
@@ -498,7 +570,8 @@ def run_warm_start(s: TrainSettings) -> str:
     model = AutoModelForCausalLM.from_pretrained(s.model)
     res = warm_start(model, tok, s.env, list(ds["task_id"]), out, episode_config(s), cfg,
                      env_kwargs=training_env_kwargs(s), task_seeds=list(ds["seed"]), use_cpu=s.cpu)
-    logger.info("warm start: %s after %d epochs (%s)", "target reached" if res.reached else "target NOT reached",
+    write_key(out / WARM_START_KEY, key)
+    logger.info("warm start: %s after %d epochs (%s)", "done" if res.reached else "target NOT reached",
                 res.epochs, out)
     return str(out)
 

@@ -24,9 +24,11 @@ straddle processes; the constructor checks it).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -182,6 +184,8 @@ class AgentGymConfig:
       with that recipe; ``loss_overrides`` replace recipe fields (``{"kl_coef": 0.0}``: no reference model). The
       trainer overwrites the GRPOConfig loss fields (``loss_type``, ``epsilon``, ``epsilon_high``, ``delta``,
       ``beta``, ``use_bias_correction_kl``) with the plan's;
+    * ``eps_calibration``: BiGPO / BiPACE's eps from App. F's search, ``"once"`` (at the first batch, then kept) or
+      ``"each-batch"`` (:data:`EPS_CALIBRATIONS`); None = the estimator config's eps;
     * ``advantage_control``: a control of the learning lab applied to the estimator's advantages before the loss
       (:data:`ADVANTAGE_CONTROLS`): ``"zero"`` (all zero: nothing may be learned), ``"sign_flip"`` (negated: success
       must fall), ``"shuffle"`` (each episode gets the mean advantage of another episode of the batch, a seeded
@@ -206,18 +210,33 @@ class AgentGymConfig:
     loss_overrides: dict = field(default_factory=dict)
     record_advantages: bool = False
     advantage_control: str | None = None
+    eps_calibration: str | None = None
 
     def __post_init__(self) -> None:
-        from estimators import make_config
+        from estimators import BiGPOConfig, make_config
 
         if self.advantage_control not in (None, *ADVANTAGE_CONTROLS):
             raise ValueError(f"advantage_control must be None or one of {ADVANTAGE_CONTROLS}, got "
                              f"{self.advantage_control!r}")
-        make_config(self.estimator, **self.estimator_config)  # unknown estimator / keys fail here, not mid-run
+        est = make_config(self.estimator, **self.estimator_config)  # unknown estimator / keys fail here, not mid-run
+        if self.eps_calibration not in (None, *EPS_CALIBRATIONS):
+            raise ValueError(f"eps_calibration must be None or one of {EPS_CALIBRATIONS}, got "
+                             f"{self.eps_calibration!r}")
+        if self.eps_calibration is not None:
+            if not isinstance(est, BiGPOConfig):
+                raise ValueError(f"eps_calibration applies to BiGPO and BiPACE (a clustering eps), not "
+                                 f"{self.estimator!r}")
+            clash = sorted({"eps", "calibrate_eps"} & set(self.estimator_config))
+            if clash:
+                raise ValueError(f"eps_calibration sets eps itself; remove {clash} from the estimator config")
 
 
 #: The advantage controls of :class:`AgentGymConfig` (see ``advantage_control`` there).
 ADVANTAGE_CONTROLS = ("zero", "sign_flip", "shuffle")
+#: How :class:`AgentGymConfig` calibrates BiGPO / BiPACE's eps (``eps_calibration``): ``"once"`` runs App. F's search
+#: on the first batch and keeps its eps for the whole run (:class:`estimators.EpsCalibrator`, as the paper does;
+#: checkpoints carry it), ``"each-batch"`` searches on every batch (the estimator's ``calibrate_eps=True``).
+EPS_CALIBRATIONS = ("once", "each-batch")
 
 
 def control_advantages(token_adv: np.ndarray, loss_mask: np.ndarray, control: str | None,
@@ -248,7 +267,8 @@ def env_return_reward(prompts, completions, ag_return=None, **kwargs) -> list[fl
 def make_task_dataset(env_id: str, n_tasks: int | None = None, *, env_kwargs: dict | None = None, seed: int = 0,
                       task_ids: Sequence[str] | None = None):
     """A ``datasets.Dataset`` with one row per task: ``prompt`` (a readable tag; the real prompt comes from the
-    env), ``task_id`` and ``seed``. Tasks come from ``env.task_ids(n_tasks)`` unless ``task_ids`` is given."""
+    env), ``task_id`` and ``seed``. Tasks come from ``env.task_ids(n_tasks)`` unless ``task_ids`` is given; a split
+    with fewer than ``n_tasks`` tasks is refused (``ValueError``), never silently shortened."""
     import agentgym
     from datasets import Dataset
 
@@ -258,6 +278,10 @@ def make_task_dataset(env_id: str, n_tasks: int | None = None, *, env_kwargs: di
             ids = list(env.task_ids(n_tasks))
         except TypeError:
             ids = list(env.task_ids())
+        if n_tasks is not None and len(ids) < n_tasks:
+            # taking fewer tasks than asked would change the experiment without a word
+            raise ValueError(f"{env_id} has {len(ids)} tasks here ({env_kwargs or {}}), fewer than the {n_tasks} "
+                             "asked for: ask for at most that many or choose a larger split")
         task_ids = ids[:n_tasks] if n_tasks is not None else ids
     rows = [{"prompt": f"{env_id}:{t}", "task_id": str(t), "seed": int(seed + k)} for k, t in enumerate(task_ids)]
     if not rows:
@@ -306,6 +330,9 @@ class AgentGymGRPOTrainer(GRPOTrainer):
         if self.tools:
             raise ValueError("tools are not supported together with agentgym rollouts")
         self._ag_custom_loss = self.ag_loss_plan.custom
+        from estimators import EpsCalibrator
+
+        self.ag_eps_calibrator = EpsCalibrator() if agentgym.eps_calibration == "once" else None
 
     # ------------------------------------------------------------------------------------------ rollout
     def _ag_rollout(self, prompts: list, trainer: Any) -> dict:
@@ -327,8 +354,11 @@ class AgentGymGRPOTrainer(GRPOTrainer):
         self._ag_traj_counter += len(rows)
         tok = self.processing_class
         model = self.accelerator.unwrap_model(self.model)
+        # each episode's tokens from its own stream (agentgym.rollout.sampling), keyed by the run's seed and step:
+        # independent of the global torch generator, and the same after a resume
         episodes = play_episodes(model, tok, self.ag.env_id, specs, self.ag.episode, env_kwargs=self.ag.env_kwargs,
-                                 envs=self._ag_envs)
+                                 envs=self._ag_envs,
+                                 sampling_seed=(int(self.args.seed), 1, int(self.state.global_step)))
         self.ag_last_episodes = episodes
         return {
             "prompt_ids": [e.prompt_ids for e in episodes],
@@ -410,6 +440,8 @@ class AgentGymGRPOTrainer(GRPOTrainer):
         """The estimator's settings for this batch: BiGPO / BiPACE with ``embedder="hash_ngram"`` get the text of
         the observation each turn acted on (``obs_text``, in turn-row order), as the verl bridge fills it in."""
         cfg = dict(self.ag.estimator_config)
+        if self.ag.eps_calibration == "each-batch":
+            cfg["calibrate_eps"] = True
         if self.ag.estimator in _FINGERPRINT_ESTIMATORS and cfg.get("embedder") == "hash_ngram" \
                 and cfg.get("obs_text") is None:
             cfg["obs_text"] = [text for e in episodes
@@ -439,7 +471,11 @@ class AgentGymGRPOTrainer(GRPOTrainer):
         dev = out["completion_ids"].device
         width = int(out["completion_ids"].size(1))
         batch = self._ag_build_batch(episodes, width)
-        res = compute_advantage(self.ag.estimator, batch, **self._ag_estimator_config(episodes))
+        if self.ag_eps_calibrator is not None:  # eps searched on the first batch, then kept
+            res = self.ag_eps_calibrator.compute_advantage(self.ag.estimator, batch,
+                                                           **self._ag_estimator_config(episodes))
+        else:
+            res = compute_advantage(self.ag.estimator, batch, **self._ag_estimator_config(episodes))
         self.ag_last_batch, self.ag_last_result = batch, res
         token_adv = control_advantages(np.asarray(res.token_adv), np.asarray(res.loss_mask),
                                        self.ag.advantage_control,
@@ -462,6 +498,8 @@ class AgentGymGRPOTrainer(GRPOTrainer):
         for k, v in sorted(res.diagnostics.items()):
             if np.isfinite(v):
                 m[f"agentgym/{k}"].append(float(v))
+        for k, v in self.ag.episode.sampling().identity().items():  # the rollouts' distribution, on every row
+            m[f"agentgym/{k}"].append(float(v))
         m["agentgym/success"].append(float(np.mean([e.score for e in episodes])) if episodes else 0.0)
         m["agentgym/won"].append(float(np.mean([e.won for e in episodes])) if episodes else 0.0)
         m["agentgym/turns"].append(float(np.mean([len(e.turns) for e in episodes])) if episodes else 0.0)
@@ -479,6 +517,25 @@ class AgentGymGRPOTrainer(GRPOTrainer):
                 m["agentgym/credit_weight_mean"].append(float(w.mean()))
                 m["agentgym/credit_weight_max"].append(float(w.max()))
                 m["agentgym/credit_weight_frac_gt1"].append(float(np.mean(w > 1.0)))
+
+    # ------------------------------------------------------------------------ checkpointed adapter state
+    #: In each checkpoint folder: the adapter's own state (the calibrated eps), restored by ``--resume``.
+    AG_STATE_FILE = "agentgym_state.json"
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.ag_eps_calibrator is not None:
+            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+            (folder / self.AG_STATE_FILE).write_text(json.dumps(
+                {"eps_calibrator": self.ag_eps_calibrator.state_dict()}), encoding="utf-8")
+
+    def _load_rng_state(self, checkpoint):
+        super()._load_rng_state(checkpoint)  # called once, when training resumes from ``checkpoint``
+        f = Path(checkpoint) / self.AG_STATE_FILE if checkpoint else None
+        if self.ag_eps_calibrator is not None and f is not None and f.is_file():
+            from estimators import EpsCalibrator
+
+            self.ag_eps_calibrator = EpsCalibrator(**json.loads(f.read_text(encoding="utf-8"))["eps_calibrator"])
 
     # --------------------------------------------------------------------------------------- loss
     def _compute_loss(self, model, inputs):

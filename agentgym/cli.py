@@ -212,6 +212,10 @@ def _cmd_eval(args) -> int:
 
     env_kwargs = parse_env_args(args.env_arg)
     options = _policy_options(args)
+    if args.top_k is not None and not args.policy.startswith("hf:"):
+        print("error: --top-k applies to hf: policies (an openai: server samples with its own top-k)",
+              file=sys.stderr)
+        return EXIT_USAGE
     if args.policy.startswith("hf:") and _context_kind(env_kwargs.get("context_form", args.context_form
                                                                     or default_context_form(args.policy))) == \
             "transcript":
@@ -326,7 +330,7 @@ def _report_failures(rows: list[dict]) -> int:
 def _policy_options(args) -> dict:
     """The model-policy flags (unset ones are None and left to the config defaults)."""
     return {"base_url": args.base_url, "api_key_env": args.api_key_env, "temperature": args.temperature,
-            "top_p": args.top_p, "max_tokens": args.max_tokens, "max_new_tokens": args.max_tokens,
+            "top_p": args.top_p, "top_k": args.top_k, "max_tokens": args.max_tokens, "max_new_tokens": args.max_tokens,
             "stop": args.stop, "seed": args.sampling_seed, "concurrency": args.concurrency,
             "timeout_s": args.request_timeout, "max_response_bytes": args.max_response_bytes,
             "max_retries": args.max_retries, "backoff_s": args.retry_backoff, "system_prompt": args.system_prompt,
@@ -335,7 +339,7 @@ def _policy_options(args) -> dict:
 
 #: The policy flags that change what a policy answers: recorded in results rows, so a resume with other values is
 #: refused (transport settings such as --base-url, --concurrency or retries are not part of a run's identity).
-_IDENTITY_FLAGS = ("temperature", "top_p", "max_tokens", "stop", "sampling_seed", "system_prompt", "dtype")
+_IDENTITY_FLAGS = ("temperature", "top_p", "top_k", "max_tokens", "stop", "sampling_seed", "system_prompt", "dtype")
 
 
 def _identity_options(args) -> dict:
@@ -548,7 +552,11 @@ def _build_parser() -> argparse.ArgumentParser:
                                                        "value for a server without auth; '' sends none)")
     m.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the server's; "
                                                                    "hf: greedy)")
-    m.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the server's / model's)")
+    m.add_argument("--top-p", type=float, default=None, help="nucleus sampling (default: the server's; hf: 1.0, no "
+                                                             "cut)")
+    m.add_argument("--top-k", type=int, default=None, help="hf: sample among the k most likely tokens only (default "
+                                                           "0: no cut, so --temperature 1 samples the full "
+                                                           "distribution; every hf: row records its sampling)")
     m.add_argument("--max-tokens", type=int, default=None, help="max new tokens per response (default: the "
                                                                 "server's; hf: 256)")
     m.add_argument("--stop", action="append", default=None, help="stop string, repeatable (default: none)")

@@ -122,6 +122,10 @@ def run_grid(grid: EvalGrid, policy: Policy | EnvPolicy, out: str, *, policy_nam
     endpoint = getattr(policy, "endpoint", None)
     if isinstance(endpoint, str):
         identity = {**identity, "endpoint": endpoint}
+    # a local model's sampling distribution (hf:: temperature, top_k, top_p), explicit in every row
+    sampling = getattr(policy, "sampling", None)
+    if isinstance(sampling, dict):
+        identity = {**identity, "sampling": dict(sampling)}
     done = results.done_keys(existing)
     episodes = grid.episodes_list()
     keys = {(grid.env_id, grid.split, t, s, k) for t, s, k in episodes}

@@ -145,7 +145,8 @@ def run_identity(policy: str, policy_args: dict | None, max_turns: int | None, e
 
 #: Columns every results row has besides the identity fields (env identity fields may not shadow them).
 _ROW_COLUMNS = frozenset({"env_id", "split", "task_id", "seed", "trial", "won", "score", "turns", "total_reward",
-                          "error", "wall_s", "family", "metrics", "transcript_id", "selection", "endpoint"})
+                          "error", "wall_s", "family", "metrics", "transcript_id", "selection", "endpoint",
+                          "sampling"})
 
 
 def env_identity_fields(row: dict[str, Any]) -> dict[str, Any]:

@@ -9,25 +9,38 @@ form the next batch, so an episode whose answer is done moves on instead of wait
 ``device="auto"`` picks CUDA, then Apple MPS, then CPU; ``dtype="auto"`` is bfloat16 on CUDA
 (float16 if the GPU lacks bf16) and float32 elsewhere.
 
-Decoding is greedy unless ``temperature > 0``. Sampling is reproducible with ``seed`` set: each prompt draws from its
-own ``torch.Generator`` seeded with :func:`~agentgym.rollout.policy.request_seeds` (a stable digest of ``seed`` and
-the prompt's episode and turn, which the runner passes as ``contexts``), so a prompt's sample depends neither on the
-call order, nor on the other prompts of its batch, nor on the process-global torch generator (left untouched): a
-resumed eval samples what an uninterrupted one would have. ``transformers`` and ``torch`` are imported when the policy
-is built, never by ``import agentgym``.
+Decoding is greedy unless ``temperature > 0``; sampling draws from exactly the distribution ``temperature``,
+``top_k`` (default 0: no cut) and ``top_p`` (default 1.0: no cut) name (:mod:`agentgym.rollout.sampling`; nothing is
+left to the model's ``generation_config``, whose ``top_k=50`` default transformers would otherwise apply). Each prompt
+draws from its own stream keyed by :func:`~agentgym.rollout.policy.request_seeds` (a stable digest of ``seed`` and the
+prompt's episode and turn, which the runner passes as ``contexts``), so a prompt's sample depends neither on the
+call order, nor on the other prompts of its batch, nor on any global generator: with ``seed`` set a resumed eval
+samples what an uninterrupted one would have (without it, the policy draws its base seed at random).
+
+Token-exact transcripts: in raw-text mode (no chat template) the policy keeps, per episode (``contexts``), the token
+ids it conditioned on and generated. When the next prompt extends that episode's last prompt and response as text
+(a transcript: the observation appended), only the new text is encoded and appended to the kept ids, and the
+response's ids are kept as generated (its EOS dropped, :func:`agentgym.context.response_transcript_ids`). This is how
+``agentgym train``'s rollouts build their context (:mod:`adapters.episodes`), so a checkpoint is evaluated on the very
+token ids it was trained on, even where a generated token string would encode otherwise. Other prompts (the rebuilt
+prompt form, no ``contexts``) are encoded whole. ``transformers`` and ``torch`` are imported when the policy is
+built, never by ``import agentgym``.
 Every answer is a :class:`~agentgym.rollout.policy.PolicyResponse` with its token counts and latency.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..context import eos_token_ids, non_text_token_ids
+from ..context import eos_token_ids, non_text_token_ids, response_transcript_ids
 from ..errors import MissingDependencyError, PolicyError
 from .policy import PolicyResponse, PromptContext, request_seeds
+from .sampling import Sampling, generate_kwargs
 
 __all__ = ["HFConfig", "HFPolicy", "pick_device"]
 
@@ -44,7 +57,8 @@ class HFConfig:
     batch_size: int = 8
     max_new_tokens: int = 256
     temperature: float = 0.0  # 0: greedy
-    top_p: float | None = None
+    top_k: int = 0  # 0: no cut
+    top_p: float = 1.0  # 1.0: no cut
     seed: int | None = None
     system_prompt: str | None = None
     chat_template: bool = True  # use the tokenizer's chat template when it has one
@@ -58,6 +72,14 @@ class HFConfig:
             raise PolicyError(f"dtype must be one of {', '.join(_DTYPES)}, got {self.dtype!r}")
         if self.batch_size < 1 or self.max_new_tokens < 1:
             raise PolicyError("batch_size and max_new_tokens must be >= 1")
+        try:
+            Sampling(float(self.temperature), self.top_k, float(self.top_p))
+        except ValueError as e:
+            raise PolicyError(f"hf: sampling settings: {e}") from None
+
+    def sampling(self) -> Sampling:
+        """The distribution responses are drawn from (greedy at temperature 0)."""
+        return Sampling(float(self.temperature), self.top_k, float(self.top_p))
 
 
 def pick_device(torch, requested: str = "auto") -> str:
@@ -105,8 +127,22 @@ class HFPolicy:
                 raise PolicyError(f"hf:{config.path}: the tokenizer has neither a pad nor an eos token")
             tok.pad_token = tok.eos_token
         self.use_chat = bool(config.chat_template and getattr(tok, "chat_template", None))
-        self._non_text_ids = non_text_token_ids(tok, eos_token_ids(tok, self.model))
+        self._eos = eos_token_ids(tok, self.model)
+        self._non_text_ids = non_text_token_ids(tok, self._eos)
+        self._sampling = config.sampling()
+        # without a seed, sampling is random: a base seed of its own, drawn once
+        self._base_seed = config.seed if config.seed is not None else secrets.randbits(31)
+        # per episode: (the text so far, its token ids), see the module docstring
+        self._transcripts: OrderedDict[tuple, tuple[str, list[int]]] = OrderedDict()
         self.name = f"hf:{config.path}"
+
+    #: the episodes whose transcript ids are kept (least recently used dropped first)
+    MAX_TRANSCRIPTS = 16384
+
+    @property
+    def sampling(self) -> dict:
+        """The sampling distribution as results rows record it (temperature, top_k, top_p)."""
+        return self._sampling.identity()
 
     @property
     def max_batch_size(self) -> int:
@@ -125,85 +161,71 @@ class HFPolicy:
 
     def __call__(self, prompts: Sequence[str],
                  contexts: Sequence[PromptContext] | None = None) -> list[PolicyResponse]:
-        c = self.config
-        sampling = bool(c.temperature and c.temperature > 0)
-        seeds = request_seeds(c.seed, prompts, contexts) if sampling and c.seed is not None else None
+        seeds = None if self._sampling.greedy else request_seeds(self._base_seed, prompts, contexts)
+        keys = [None] * len(prompts) if contexts is None or self.use_chat else \
+            [(c.task_id, tuple(c.episode)) for c in contexts]
         out: list[PolicyResponse] = []
-        bs = c.batch_size
+        bs = self.config.batch_size
         for start in range(0, len(prompts), bs):
-            out.extend(self._generate(list(prompts[start:start + bs]),
+            out.extend(self._generate(list(prompts[start:start + bs]), keys[start:start + bs],
                                       None if seeds is None else seeds[start:start + bs]))
         return out
 
-    def _generate(self, prompts: list[str], seeds: list[int] | None) -> list[PolicyResponse]:
-        torch, c = self._torch, self.config
-        texts = [self.render(p) for p in prompts]
+    def context_ids(self, prompt: str, key: tuple | None) -> list[int]:
+        """The token ids the policy conditions on for ``prompt``: the kept ids of episode ``key`` with the new text
+        encoded and appended when ``prompt`` extends that episode's transcript, else ``prompt`` encoded whole."""
+        kept = self._transcripts.get(key) if key is not None else None
+        if kept is not None and prompt.startswith(kept[0]):
+            self._transcripts.move_to_end(key)
+            return kept[1] + list(self.tokenizer(prompt[len(kept[0]):], add_special_tokens=False)["input_ids"])
         # A chat template already holds the special tokens (BOS...); don't add them twice.
-        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=not self.use_chat)
-        enc = {k: v.to(self.device) for k, v in enc.items()}
-        gen_kw = dict(max_new_tokens=c.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id)
+        return list(self.tokenizer(self.render(prompt), add_special_tokens=not self.use_chat)["input_ids"])
+
+    def _remember(self, key: tuple | None, prompt: str, context: list[int], response_ids: list[int],
+                  text: str) -> None:
+        if key is None:
+            return
+        self._transcripts[key] = (prompt + text, context + response_transcript_ids(response_ids, self._eos,
+                                                                                    final=False))
+        self._transcripts.move_to_end(key)
+        while len(self._transcripts) > self.MAX_TRANSCRIPTS:
+            self._transcripts.popitem(last=False)
+
+    def _generate(self, prompts: list[str], keys: list, seeds: list[int] | None) -> list[PolicyResponse]:
+        torch, c = self._torch, self.config
+        contexts = [self.context_ids(p, k) for p, k in zip(prompts, keys)]
+        width = max(len(x) for x in contexts)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.full((len(contexts), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(contexts), width), dtype=torch.long)
+        for i, x in enumerate(contexts):  # left padding
+            input_ids[i, width - len(x):] = torch.as_tensor(x, dtype=torch.long)
+            attention[i, width - len(x):] = 1
+        gen_kw = dict(max_new_tokens=c.max_new_tokens, pad_token_id=pad, eos_token_id=list(self._eos) or None)
         if not self.use_chat and self._non_text_ids:
             # raw text (the transcript form agentgym train trains in): special tokens other than EOS are never
             # generated, as in the training rollouts (agentgym.context.non_text_token_ids): decoded text drops them
             gen_kw["suppress_tokens"] = self._non_text_ids
-        if c.temperature and c.temperature > 0 and seeds is None:
-            gen_kw.update(do_sample=True, temperature=c.temperature)
-            if c.top_p is not None:
-                gen_kw["top_p"] = c.top_p
-        else:
-            gen_kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-            if seeds is not None:
-                gen_kw["logits_processor"] = self._seeded_sampling(seeds)
+        gen_kw.update(generate_kwargs(self._sampling, seeds, width))
         t0 = time.perf_counter()
         with torch.inference_mode():
-            ids = self.model.generate(**enc, **gen_kw)
+            ids = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
+                                      **gen_kw)
         latency = time.perf_counter() - t0
-        width = enc["input_ids"].shape[1]
-        new = ids[:, width:]
-        eos = self.tokenizer.eos_token_id
+        new = ids[:, width:].cpu().tolist()
+        eos = set(self._eos)
         outs = []
-        for row, mask in zip(new, enc["attention_mask"]):
-            tokens = row.tolist()
+        for prompt, key, context, tokens in zip(prompts, keys, contexts, new):
             n_gen = len(tokens)
             finish = "length"
             for j, t in enumerate(tokens):
-                if t == eos or (t == self.tokenizer.pad_token_id and eos is None):
+                if t in eos or (t == pad and not eos):
                     n_gen, finish = j + 1, "stop"
                     break
             text = self.tokenizer.decode(tokens[:n_gen], skip_special_tokens=True)
+            self._remember(key, prompt, context, tokens[:n_gen], text)
             outs.append(PolicyResponse(text, {
-                "prompt_tokens": int(mask.sum()), "completion_tokens": n_gen,
+                "prompt_tokens": len(context), "completion_tokens": n_gen,
                 "latency_s": round(latency, 6), "batch_size": len(prompts), "attempts": 1,
                 "finish_reason": finish}))
         return outs
-
-    def _seeded_sampling(self, seeds: list[int]):
-        """Sampling as ``generate(do_sample=True)`` does it (temperature, the model's top-k, top-p), but each row
-        draws from its own generator and keeps only the drawn token, which greedy decoding then picks."""
-        import transformers
-
-        c = self.config
-        procs = [transformers.TemperatureLogitsWarper(c.temperature)]
-        top_k = getattr(self.model.generation_config, "top_k", None)
-        if top_k:
-            procs.append(transformers.TopKLogitsWarper(top_k))
-        if c.top_p is not None and c.top_p < 1.0:
-            procs.append(transformers.TopPLogitsWarper(c.top_p))
-        procs.append(_RowSampler(self._torch, seeds, self.device))
-        return transformers.LogitsProcessorList(procs)
-
-
-class _RowSampler:
-    """A logits processor that draws one token per row from that row's generator and masks every other token."""
-
-    def __init__(self, torch, seeds: list[int], device: str):
-        self.torch = torch
-        self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
-
-    def __call__(self, input_ids, scores):
-        torch = self.torch
-        probs = torch.softmax(scores.float(), dim=-1)
-        picks = torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self.generators)])
-        out = torch.full_like(scores, float("-inf"))
-        out[torch.arange(len(picks), device=scores.device), picks] = 0.0
-        return out

@@ -57,6 +57,18 @@ def test_adapters_train_cli_checkpoint_resume(tmp_path):
     assert json.loads((out / "agentgym_train.json").read_text())["estimator"] == "bipace"
 
 
+def test_a_split_smaller_than_n_tasks_is_refused_not_shortened():
+    """``--n-tasks`` larger than the split: a clear error, never a run on fewer tasks than asked for."""
+    from adapters.train import SettingsError, TrainSettings, training_tasks
+    from adapters.trl import make_task_dataset
+
+    assert len(make_task_dataset("TextCraft-v0", 3, env_kwargs={"split": "val"})) == 3
+    with pytest.raises(ValueError, match="fewer than the 100000 asked for"):
+        make_task_dataset("TextCraft-v0", 100_000, env_kwargs={"split": "val"})
+    with pytest.raises(SettingsError, match="fewer than the 100000 asked for"):
+        training_tasks(TrainSettings(env="TextCraft-v0", split="val", n_tasks=100_000))
+
+
 def test_adapters_train_pvpo_v_table_file_and_loss_flags(tmp_path):
     """PVPO's static value table from a JSON file ``{task_id: V}`` (``--set v_table=...``); the loss is the
     estimator's recipe unless the TRL-style flags override it."""

@@ -132,7 +132,7 @@ def test_async_runner_batches_whatever_is_waiting_up_to_batch_size(tiny_model):
     pol = load_policy(f"hf:{tiny_model}", max_new_tokens=4, batch_size=3, dtype="float32")
     calls = []
     generate = pol._generate
-    pol._generate = lambda prompts, seeds: calls.append(len(prompts)) or generate(prompts, seeds)
+    pol._generate = lambda prompts, *rest: calls.append(len(prompts)) or generate(prompts, *rest)
     kw = dict(env_kwargs={"split": "gen-depth1"}, max_turns=2)
     a = collect_groups("TextCraft-v0", ["gen-d1-0", "gen-d1-1"], 2, pol, schedule="async", **kw)
     async_calls, calls[:] = list(calls), []
