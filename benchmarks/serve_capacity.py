@@ -346,6 +346,9 @@ def main() -> int:
             finally:
                 server.close()
             rows[(key, c)] = res
+            if args.write:  # every row as it is measured: a failure later loses nothing
+                with open(Path(args.write).with_suffix(".rows.jsonl"), "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"server": key, "name": server.name, "clients": c, **res}) + "\n")
             print(f"{server.name:40s} C={c:5d} held {res['held']}/{c} {res['steps_per_s']:8.0f} steps/s "
                   f"p50 {res['p50_ms']:.1f} ms p99 {res['p99_ms']:.1f} ms cpu/step {res['server_cpu_us_per_step']:.0f} "
                   f"µs {res['mb_per_session']:.2f} MB/session errors {res['errors']}", file=sys.stderr, flush=True)
@@ -356,6 +359,13 @@ def main() -> int:
     if args.write:
         Path(args.write).write_text(report)
     return 0
+
+
+def _ratio(ours: dict, theirs: dict, clients: int) -> str:
+    """agentgym's steps/s over OpenEnv's, or why there is none (OpenEnv dropped its sessions)."""
+    if theirs["steps_per_s"] > 0 and theirs["held"] >= 0.99 * clients:
+        return f"{ours['steps_per_s'] / theirs['steps_per_s']:.2f}x"
+    return f"n/a (OpenEnv held {theirs['held']}/{clients}, {theirs['steps_per_s']:,.0f} steps/s)"
 
 
 def _report(args, sizes, servers, names, rows, ev, wall_s) -> str:
@@ -394,19 +404,25 @@ def _report(args, sizes, servers, names, rows, ev, wall_s) -> str:
     for key, _ in servers:
         held = [c for c in sizes if rows[(key, c)]["held"] >= 0.99 * c]
         out.append(f"| {names[key]} | {max(held) if held else 0} | {rows[(key, top)]['steps_per_s']:,.0f} | "
-                   f"{rows[(key, top)]['steps_per_s'] / base:.2f}x |")
+                   f"{_ratio(rows[(key, top)], rows[('openenv', top)], top)} |")
     ours = rows[("agentgym", top)]
     mem = ours["mb_per_session"]
     goal_sessions = "met" if ours["held"] >= 0.99 * top and top >= 1024 else "MISSED"
-    goal_speed = "met" if ours["steps_per_s"] >= 2 * base else "MISSED"
     theirs = rows[("openenv", top)]
-    by_c = ", ".join(f"{rows[('agentgym', c)]['steps_per_s'] / rows[('openenv', c)]['steps_per_s']:.2f}x at {c}"
-                     for c in sizes)
+    # the speed goal is judged where both servers held their sessions: a server that dropped them has no steps/s
+    # to compare with
+    both = [c for c in sizes if rows[("agentgym", c)]["held"] >= 0.99 * c and rows[("openenv", c)]["held"] >= 0.99 * c
+            and rows[("openenv", c)]["steps_per_s"] > 0]
+    speed = {c: rows[("agentgym", c)]["steps_per_s"] / rows[("openenv", c)]["steps_per_s"] for c in both}
+    goal_speed = ("met" if min(speed.values()) >= 2 else "MISSED") if speed else "not measurable"
+    by_c = ", ".join(f"{_ratio(rows[('agentgym', c)], rows[('openenv', c)], c)} at {c}" for c in sizes)
+    where = (f"{min(speed.values()):.2f}-{max(speed.values()):.2f}x at {', '.join(map(str, both))} clients, where "
+             "both held every session" if speed else "OpenEnv held its sessions at no client count")
     out += ["", f"Goals: at least 1,024 sessions held ({goal_sessions}: {ours['held']}/{top}); at least 2x OpenEnv's "
-                f"steps/s ({goal_speed}: {ours['steps_per_s'] / base:.2f}x at {top} clients).", "",
+                f"steps/s ({goal_speed}: {where}).", "",
             f"Steps/s, agentgym serve / OpenEnv: {by_c} clients. Server CPU per step at {top} clients: "
             f"{ours['server_cpu_us_per_step']:.0f} µs vs {theirs['server_cpu_us_per_step']:.0f} µs "
-            f"({theirs['server_cpu_us_per_step'] / ours['server_cpu_us_per_step']:.1f}x less), on "
+            f"({theirs['server_cpu_us_per_step'] / max(ours['server_cpu_us_per_step'], 1e-9):.1f}x less), on "
             f"{ours['server_cpu_share']:.2f} vs {theirs['server_cpu_share']:.2f} of a core: on a machine this busy a "
             "server gets the CPU the scheduler gives its runnable threads, one event loop for agentgym serve, the "
             "event loop plus the session threads (and zlib, which runs without the GIL) for OpenEnv.", "",

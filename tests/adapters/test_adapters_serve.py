@@ -506,3 +506,32 @@ def test_serve_refuses_a_remote_bind_without_a_token(capsys, monkeypatch):
     assert main(["serve", "TextCraft-v0", "--host", "0.0.0.0", "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert "--auth-token" in err and "--allow-remote" in err
+
+
+def test_capacity_report_survives_a_server_that_dropped_its_sessions():
+    """benchmarks/serve_capacity.py's report: where OpenEnv held too few sessions to step (0 steps/s), its ratio
+    says so instead of dividing by zero, and the speed goal is judged only where both servers held every session."""
+    import argparse
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_capacity.py"
+    spec = importlib.util.spec_from_file_location("serve_capacity_under_test", path)
+    cap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cap)
+
+    def row(held, sps):
+        return {"held": held, "steps_per_s": sps, "p50_ms": 1.0, "p99_ms": 2.0, "server_cpu_us_per_step": 200.0,
+                "server_cpu_share": 0.5, "client_cpu_share": 0.5, "mb_per_session": 0.1, "rss_mb": 200.0,
+                "errors": {} if held else {"ConnectionClosedError": 9}}
+
+    rows = {("agentgym", 32): row(32, 3000.0), ("openenv", 32): row(32, 1000.0),
+            ("agentgym", 1024): row(1024, 4000.0), ("openenv", 1024): row(800, 0.0)}
+    ev = {"episodes": 64, "cap": 8, "requests": 640, "wall": 2.0, "bound": 1.9, "ratio": 0.95, "client_cpu_s": 1.0,
+          "client_cpu_share": 0.5, "lost": 0, "dup": 0}
+    args = argparse.Namespace(openenv_python_used=sys.executable, seconds=3.0, eval_turns=10)
+    cap._openenv_version = lambda python: "0.10.0"
+    text = cap._report(args, [32, 1024], [("agentgym", None), ("openenv", None)],
+                       {"agentgym": "agentgym serve", "openenv": "OpenEnv create_app"}, rows, ev, 60.0)
+    assert "n/a (OpenEnv held 800/1024, 0 steps/s)" in text
+    assert "at least 2x OpenEnv's steps/s (met: 3.00-3.00x at 32 clients, where both held every session)" in text
