@@ -5,7 +5,7 @@ A child process (:mod:`flood_kit`) holds more idle TCP connections than the serv
 default -- each reopened as soon as the server closes it, and 40 WebSockets that connect and never send a frame
 (they answer pings). Meanwhile a *canary* on fresh connections plays what a trainer plays: ``POST /reset`` and
 ``POST /step``, and a new WebSocket session (reset, step); every answer must be right and the canary's p99 latency
-under 1 s. The server must have made room (closed idle sockets sooner than its own idle deadline), not merely
+under 5 s. The server must have made room (closed idle sockets sooner than its own idle deadline), not merely
 outlasted the flood. The retrieval variant holds 4,200 idle sockets against its default limit of 4,096.
 
 Bounded: the flood runs ~20 s, the canary a counted number of rounds, every socket with a timeout; the flood's file
@@ -32,6 +32,10 @@ from websockets.sync.client import connect  # noqa: E402
 
 FLOOD = Path(__file__).with_name("flood_kit.py")
 FLOOD_SECONDS = 40.0  # at most: the flood stops when the canary is done
+#: The canary's p99 limit: a locked-out client fails outright (503s, the finding before the fixes); this bound only
+#: catches a server that keeps answering but stalls. The flood, the server and the canary share CI's 2 cores, so a
+#: tight bound would measure the machine: 5 s.
+CANARY_P99_LIMIT_S = 5.0
 
 
 def _need_open_files(n: int) -> None:
@@ -124,7 +128,7 @@ def test_serve_idle_flood_and_silent_websockets_leave_clients_working():
         assert counts["opened"] > sockets and counts["quick_closes"] > 0, counts
         assert counts["ws_opened"] >= 40 and sessions["active_sessions"] == 0, (counts, sessions)
         assert sessions["connections"]["evicted_idle"] > 0, sessions
-        assert _p99(latencies) < 1.0, sorted(latencies)[-10:]
+        assert _p99(latencies) < CANARY_P99_LIMIT_S, sorted(latencies)[-10:]
         assert "Traceback" not in srv.stderr(), srv.stderr()
 
 
@@ -158,7 +162,7 @@ def test_retrieval_idle_flood_leaves_clients_working():
         assert not failures, failures[:5]
         # closes within 2 s, though the server's own first-request deadline is 30 s: it made room
         assert counts["opened"] > sockets and counts["quick_closes"] > 0, counts
-        assert _p99(latencies) < 1.0, sorted(latencies)[-10:]
+        assert _p99(latencies) < CANARY_P99_LIMIT_S, sorted(latencies)[-10:]
 
 
 def test_silent_sessions_hold_nothing_and_end_on_short_clocks():

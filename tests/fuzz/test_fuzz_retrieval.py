@@ -3,7 +3,7 @@
 Each test starts its own ``python -m retrieval serve`` (a BM25 index of 2,000 HotpotQA paragraphs) on 127.0.0.1
 and reads the server process's memory from ``/proc`` (``VmHWM``: its peak over the whole test). While the attack
 runs, a canary in a process of its own asks known queries on a kept-alive connection; it must get every answer
-right, with a p99 latency under 1 s; the server's peak RSS must stay under 500 MB, and it must log no error.
+right, with a p99 latency under 5 s; the server's peak RSS must stay under 500 MB, and it must log no error.
 Before the fixes: the amplification took RSS from 110 MB to 3.06 GB (canary p99 28.6 s), six unread answers pinned
 1.45 GB, and each 8 MiB body with ``[`` inside a string cost 417 MB in the depth scan. Every test is bounded
 (counts, deadlines, socket timeouts) and takes well under a minute on an idle machine.
@@ -27,7 +27,10 @@ from retrieval_kit import (Canary, ServerProcess, build_bm25_dir, exchange, expe
                            read_response, request_bytes, search_body)
 
 RSS_LIMIT_MB = 500
-P99_LIMIT_S = 1.0
+#: The canary's p99 limit separates a server the attack stalls (28.6 s before the fixes) from one that keeps serving
+#: (0.14-1.56 s measured: the attack's clients, the server and the canary share CI's 2 cores). A tighter limit
+#: measured the machine, not the server: 1 s failed a CI run at 1.56 s.
+P99_LIMIT_S = 5.0
 MIB = 1024 * 1024
 #: The server's flags in these tests: the defaults, but a short write timeout (the slow readers are dropped within
 #: the test) and an answer cap the big requests below reach.
