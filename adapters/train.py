@@ -97,6 +97,7 @@ class TrainSettings:
     warm_start_lr_schedule: str = "linear"
     warm_start_loss_on: str = "completion"
     warm_start_seed: int = 0
+    warm_start_counterfactual_steps: int = 0
     save_steps: int = 50
     save_total_limit: int | None = 3
     logging_steps: int = 1
@@ -174,6 +175,10 @@ HELP: dict[str, str] = {
     "warm_start_lr_schedule": "SFT learning-rate schedule: constant, linear (decays to 0 at the end of the budget, so "
                               "the last epochs settle instead of oscillating) or cosine",
     "warm_start_seed": "seed of the warm start (SFT order and its success checks)",
+    "warm_start_counterfactual_steps": "TextCraft depth 1: instead of the SFT epochs, this many steps on renamed "
+                                       "copies of the oracle's transcripts (item words permuted, counts redrawn: "
+                                       "only reading the goal's recipe line gives the actions; "
+                                       "adapters.counterfactual); 0 = off",
     "save_steps": "checkpoint every N steps (and at the end)",
     "save_total_limit": "checkpoints kept",
     "logging_steps": "log every N steps",
@@ -505,7 +510,8 @@ def _warm_start_config(s: TrainSettings):
         return WarmStartConfig(target=s.warm_start_target, max_epochs=s.warm_start_max_epochs,
                                eval_every=s.warm_start_eval_every, learning_rate=s.warm_start_learning_rate,
                                seed=s.warm_start_seed, samples=s.eval_samples,
-                               lr_schedule=s.warm_start_lr_schedule, loss_on=s.warm_start_loss_on)
+                               lr_schedule=s.warm_start_lr_schedule, loss_on=s.warm_start_loss_on,
+                               counterfactual_steps=s.warm_start_counterfactual_steps)
     except ValueError as e:
         raise SettingsError(str(e)) from None
 

@@ -16,6 +16,12 @@
    of a CPU kernel can move the stopping epoch and the whole run diverges. The fixed budget (no target) is the
    default, and what the learning lab and its CI test use.
 
+``counterfactual_steps`` > 0 replaces step 3 for TextCraft depth 1 (:mod:`adapters.counterfactual`): that many
+steps on renamed copies of the oracle's transcripts (item words permuted, counts redrawn, so that only reading the
+context gives the actions; no renamed name is the goal item of a task of the split outside ``task_ids``), one check
+at the end. A small model trained on the game's own transcripts memorises each goal's recipe and transfers nothing to
+goals it never saw; trained on renamed ones it learns to read the goal's recipe line.
+
 The model and tokenizer are saved to ``OUT`` (``from_pretrained``-loadable) with ``warm_start.json``: the settings
 and every check (epoch, greedy and sampled success).
 """
@@ -49,7 +55,9 @@ class WarmStartConfig:
     the end of the budget, so the last epochs settle instead of oscillating; the default) or ``cosine``;
     ``loss_on``: ``completion`` (the oracle's responses only; the default) or ``transcript`` (every token of each
     row, the observations too: a language-model objective on the env's text, which gives a small model trained from
-    scratch many more examples of its structure, such as a recipe line that an action repeats)."""
+    scratch many more examples of its structure, such as a recipe line that an action repeats);
+    ``counterfactual_steps``: 0 (the SFT above) or the steps of the counterfactual warm start (module docstring;
+    ``max_epochs``, ``learning_rate``, ``batch_size``, ``lr_schedule`` and ``loss_on`` are then unused)."""
 
     target: float | None = None
     max_epochs: int = 60
@@ -60,6 +68,7 @@ class WarmStartConfig:
     samples: int = 4
     lr_schedule: str = "linear"
     loss_on: str = "completion"
+    counterfactual_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.target is not None and not 0.0 < self.target <= 1.0:
@@ -72,6 +81,10 @@ class WarmStartConfig:
             raise ValueError(f"warm start loss_on must be 'completion' or 'transcript', got {self.loss_on!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"warm start lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if self.counterfactual_steps < 0:
+            raise ValueError("warm start counterfactual_steps must be >= 0")
+        if self.counterfactual_steps and self.target is not None:
+            raise ValueError("the counterfactual warm start has a fixed budget: no target")
 
 
 @dataclass
@@ -132,52 +145,66 @@ def warm_start(model: Any, tokenizer: Any, env_id: str, task_ids: Sequence[str],
     env reset seed of each task in the checks (default 0, 1, ...; the oracle plays with seed 0, and a task's
     oracle actions do not depend on the seed); ``heldout_task_ids``: tasks the checks also measure (keys
     ``heldout_*``), never trained on."""
-    from datasets import load_dataset
-    from transformers import TrainerCallback
-    from trl import SFTConfig, SFTTrainer
-
     from .task_eval import evaluate_tasks
 
     cfg = config or WarmStartConfig()
     out_dir = Path(out_dir)
     sft_path = oracle_sft_rows(env_id, task_ids, out_dir / "data", env_kwargs=env_kwargs,
                                max_turns=episode.max_turns, first_context=episode.first_context)
-    data = load_dataset("json", data_files=str(sft_path), split="train").select_columns(["prompt", "completion"])
     checks: list[dict] = []
     envs: dict = {}
 
-    class _Checks(TrainerCallback):
-        def on_epoch_end(self, args, state, control, model=None, **kw):
-            epoch = int(round(state.epoch or 0))
-            if epoch < cfg.max_epochs and (not cfg.eval_every or epoch % cfg.eval_every):
-                return
-            res = evaluate_tasks(model, tokenizer, env_id, task_ids, episode, seeds=task_seeds,
-                                 samples=cfg.samples, seed=cfg.seed, env_kwargs=env_kwargs, envs=envs)
-            check = {"epoch": epoch, **res.metrics(prefix="")}
-            if heldout_task_ids:
-                held = evaluate_tasks(model, tokenizer, env_id, heldout_task_ids, episode, samples=cfg.samples,
-                                      seed=cfg.seed, env_kwargs=env_kwargs, envs=envs)
-                check.update({"heldout_greedy_success": held.greedy_success,
-                              "heldout_sampled_success": held.sampled_success,
-                              "heldout_tasks_won_sampled": sum(v > 0 for v in held.per_task_sampled.values())})
-            checks.append(check)
-            logger.info("warm start epoch %d: greedy success %.3f, sampled success %.3f%s%s", epoch,
-                        res.greedy_success, res.sampled_success,
-                        "" if cfg.target is None else f" (target {cfg.target:.2f})",
-                        "" if not heldout_task_ids else
-                        f"; held-out greedy {check['heldout_greedy_success']:.3f}, sampled "
-                        f"{check['heldout_sampled_success']:.3f}")
-            if cfg.target is not None and res.sampled_success >= cfg.target:
-                control.should_training_stop = True
+    def check(model, epoch: int) -> dict:
+        res = evaluate_tasks(model, tokenizer, env_id, task_ids, episode, seeds=task_seeds,
+                             samples=cfg.samples, seed=cfg.seed, env_kwargs=env_kwargs, envs=envs)
+        row = {"epoch": epoch, **res.metrics(prefix="")}
+        if heldout_task_ids:
+            held = evaluate_tasks(model, tokenizer, env_id, heldout_task_ids, episode, samples=cfg.samples,
+                                  seed=cfg.seed, env_kwargs=env_kwargs, envs=envs)
+            row.update({"heldout_greedy_success": held.greedy_success,
+                        "heldout_sampled_success": held.sampled_success,
+                        "heldout_tasks_won_sampled": sum(v > 0 for v in held.per_task_sampled.values())})
+        checks.append(row)
+        logger.info("warm start epoch %d: greedy success %.3f, sampled success %.3f%s%s", epoch,
+                    res.greedy_success, res.sampled_success,
+                    "" if cfg.target is None else f" (target {cfg.target:.2f})",
+                    "" if not heldout_task_ids else
+                    f"; held-out greedy {row['heldout_greedy_success']:.3f}, sampled "
+                    f"{row['heldout_sampled_success']:.3f}")
+        return row
 
-    args = SFTConfig(output_dir=str(out_dir / "sft"), num_train_epochs=cfg.max_epochs,
-                     per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                     lr_scheduler_type=cfg.lr_schedule, seed=cfg.seed, data_seed=cfg.seed, use_cpu=use_cpu,
-                     save_strategy="no", report_to="none", logging_steps=50, disable_tqdm=True,
-                     max_length=None, completion_only_loss=cfg.loss_on == "completion")
-    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                         callbacks=[_Checks()])
-    trainer.train()
+    if cfg.counterfactual_steps:
+        from .counterfactual import CounterfactualConfig, Renamer, train_counterfactual
+
+        renamer = Renamer(_transcripts(sft_path), exclude=_other_goal_items(env_id, env_kwargs, task_ids))
+        losses = train_counterfactual(model, tokenizer, renamer,
+                                      CounterfactualConfig(steps=cfg.counterfactual_steps, seed=cfg.seed))
+        check(model, 0)["counterfactual_loss"] = losses[-1]["loss"]
+    else:
+        from datasets import load_dataset
+        from transformers import TrainerCallback
+        from trl import SFTConfig, SFTTrainer
+
+        data = load_dataset("json", data_files=str(sft_path), split="train").select_columns(["prompt", "completion"])
+
+        class _Checks(TrainerCallback):
+            def on_epoch_end(self, args, state, control, model=None, **kw):
+                epoch = int(round(state.epoch or 0))
+                if epoch < cfg.max_epochs and (not cfg.eval_every or epoch % cfg.eval_every):
+                    return
+                if cfg.target is not None and check(model, epoch)["sampled_success"] >= cfg.target:
+                    control.should_training_stop = True
+                elif cfg.target is None:
+                    check(model, epoch)
+
+        args = SFTConfig(output_dir=str(out_dir / "sft"), num_train_epochs=cfg.max_epochs,
+                         per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
+                         lr_scheduler_type=cfg.lr_schedule, seed=cfg.seed, data_seed=cfg.seed, use_cpu=use_cpu,
+                         save_strategy="no", report_to="none", logging_steps=50, disable_tqdm=True,
+                         max_length=None, completion_only_loss=cfg.loss_on == "completion")
+        trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                             callbacks=[_Checks()])
+        trainer.train()
     model.eval()
     model.save_pretrained(str(out_dir))
     tokenizer.save_pretrained(str(out_dir))
@@ -192,3 +219,33 @@ def warm_start(model: Any, tokenizer: Any, env_id: str, task_ids: Sequence[str],
         logger.warning("warm start: sampled success %.3f after %d epochs is below the target %.2f",
                        checks[-1]["sampled_success"] if checks else float("nan"), epochs, cfg.target)
     return result
+
+
+def _transcripts(sft_path: Path) -> list[str]:
+    """Each task's whole transcript: its last per-turn row's prompt and completion."""
+    last: dict[str, str] = {}
+    for line in Path(sft_path).read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        last[str(row["task_id"])] = row["prompt"] + row["completion"]
+    return list(last.values())
+
+
+def _other_goal_items(env_id: str, env_kwargs: dict | None, task_ids: Sequence[str]) -> list[str]:
+    """The goal items of the split's tasks that are not in ``task_ids`` (from each one's first observation): the
+    names a counterfactual transcript must never spell, so no renamed goal is a goal the policy does not train on."""
+    import re
+
+    import agentgym
+
+    env = agentgym.make(env_id, **dict(env_kwargs or {}))
+    train = {str(t) for t in task_ids}
+    out = []
+    for tid in env.task_ids():
+        if str(tid) in train:
+            continue
+        obs, _ = env.reset(seed=0, options={"task_id": tid})
+        m = re.search(r"Goal: craft (.+)\.\s*$", obs)
+        if m is None:
+            raise ValueError(f"counterfactual warm start: no TextCraft goal in the first observation of {tid!r}")
+        out.append(m.group(1))
+    return out
