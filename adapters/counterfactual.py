@@ -99,8 +99,8 @@ class Renamer:
         if not self.parsed:
             raise ValueError("counterfactual: no depth-1 TextCraft transcript among the given ones")
         if refused:
-            logger.warning("counterfactual: %d of %d transcripts are not depth-1 and are not renamed", refused,
-                           len(transcripts))
+            logger.warning("counterfactual: %d of %d transcripts cannot be rewritten exactly (not depth 1, or a goal "
+                           "with several recipe lines) and are left out", refused, len(transcripts))
         self.exclude = frozenset(exclude)
         names = {x for recipes, _ in self.parsed for r in recipes for x in (r.item, *(i for _, i in r.ingredients))}
         self.words = sorted({w for x in names - self.exclude for w in x.split()})

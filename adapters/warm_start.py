@@ -179,7 +179,8 @@ def warm_start(model: Any, tokenizer: Any, env_id: str, task_ids: Sequence[str],
         renamer = Renamer(_transcripts(sft_path), exclude=_other_goal_items(env_id, env_kwargs, task_ids))
         losses = train_counterfactual(model, tokenizer, renamer,
                                       CounterfactualConfig(steps=cfg.counterfactual_steps, seed=cfg.seed))
-        check(model, 0)["counterfactual_loss"] = losses[-1]["loss"]
+        row = check(model, 0)  # kept in ``checks``: the last loss goes with it
+        row["counterfactual_loss"] = losses[-1]["loss"]
     else:
         from datasets import load_dataset
         from transformers import TrainerCallback
@@ -192,10 +193,9 @@ def warm_start(model: Any, tokenizer: Any, env_id: str, task_ids: Sequence[str],
                 epoch = int(round(state.epoch or 0))
                 if epoch < cfg.max_epochs and (not cfg.eval_every or epoch % cfg.eval_every):
                     return
-                if cfg.target is not None and check(model, epoch)["sampled_success"] >= cfg.target:
+                row = check(model, epoch)
+                if cfg.target is not None and row["sampled_success"] >= cfg.target:
                     control.should_training_stop = True
-                elif cfg.target is None:
-                    check(model, epoch)
 
         args = SFTConfig(output_dir=str(out_dir / "sft"), num_train_epochs=cfg.max_epochs,
                          per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,

@@ -907,7 +907,7 @@ def _warm_table(out: Path, prof: Profile, env: str) -> list[str]:
 
 def report(out: Path, results_md: Path, prof_name: str, prof: Profile, command: str) -> str:
     runs = collect(out, prof)
-    curves = plot(runs, results_md.parent / ("learning_plots" if results_md.parent == ROOT / "benchmarks"
+    curves = plot(runs, results_md.parent / ("learning_plots" if results_md.parent.resolve() == (ROOT / "benchmarks").resolve()
                                              else "plots"))
     commits = sorted({(r.get("commit"), r.get("dirty")) for by_run in runs.values() for recs in by_run.values()
                       for r in recs}, key=str)
