@@ -57,6 +57,8 @@ class TrainSettings:
     estimator_config: dict = field(default_factory=dict)
     split: str | None = None
     env_kwargs: dict = field(default_factory=dict)
+    rollout_env_kwargs: dict = field(default_factory=dict)
+    group_seeds: str = "task"
     n_tasks: int | None = 16
     task_ids: list | None = None
     context_form: str = DEFAULT_CONTEXT_FORM
@@ -118,6 +120,13 @@ HELP: dict[str, str] = {
     "estimator_config": "estimator config as a JSON object (see also --set)",
     "split": "env split (default: the env's default split)",
     "env_kwargs": "extra env constructor kwargs as a JSON object",
+    "group_seeds": "the seed a group of the RL rollouts resets with: 'task' (task k resets with --seed + k at every "
+                   "visit) or 'group' (each group a new seed drawn from --seed, the step and the group's place in the "
+                   "batch, shared by its G members; for episodes that draw from the seed, e.g. TextCraft's "
+                   "counterfactual worlds)",
+    "rollout_env_kwargs": "env constructor kwargs of the RL rollouts only, over --env-kwargs (a JSON object), e.g. "
+                          "TextCraft's counterfactual worlds '{\"counterfactual\": {\"exclude_tasks\": [...]}}'; "
+                          "the warm start and the --eval-every evaluation play --env-kwargs alone",
     "n_tasks": "training tasks: the first N task ids of the split (env.task_ids(N)); every step draws --batch-groups "
                "of them without replacement, reshuffled each pass (TRL's sampler, seeded by --seed)",
     "task_ids": "training tasks by id instead of --n-tasks: a JSON list or a comma-separated string",
@@ -191,7 +200,7 @@ HELP: dict[str, str] = {
 }
 
 _FIELDS = {f.name: f for f in fields(TrainSettings)}
-_JSON_FIELDS = ("estimator_config", "env_kwargs")
+_JSON_FIELDS = ("estimator_config", "env_kwargs", "rollout_env_kwargs")
 _INT = {"n_tasks": int, "max_prompt_tokens": int, "save_total_limit": int, "eval_n_tasks": int}
 _FLOAT = ("beta", "epsilon", "epsilon_high", "invalid_action_penalty", "warm_start_target")
 
@@ -234,6 +243,8 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument(flag, choices=FIRST_CONTEXTS, help=text)
         elif name == "advantage_control":
             p.add_argument(flag, choices=("zero", "sign_flip", "shuffle"), help=text)
+        elif name == "group_seeds":
+            p.add_argument(flag, choices=("task", "group"), help=text)
         elif name == "warm_start_loss_on":
             p.add_argument(flag, choices=("completion", "transcript"), help=text)
         elif name == "warm_start_lr_schedule":
@@ -408,6 +419,8 @@ def build_trainer(s: TrainSettings, model_path: str | None = None):
     if not s.model:
         raise SettingsError("--model is required (a Hugging Face model id or a local directory)")
     env_kwargs = training_env_kwargs(s)
+    if not isinstance(s.rollout_env_kwargs, dict):
+        raise SettingsError(f"--rollout-env-kwargs must be a JSON object, got {s.rollout_env_kwargs!r}")
     if s.context_form != "transcript":
         raise SettingsError(f"--context-form {s.context_form!r}: the TRL adapter trains each episode as one sequence, "
                             "which is the 'transcript' form; the rebuilt prompt form ('prompt') needs per-turn "
@@ -433,10 +446,12 @@ def build_trainer(s: TrainSettings, model_path: str | None = None):
                              f"{' ...' if len(missing) > 5 else ''} of the {len(ds)} training tasks")
     try:
         ag = AgentGymConfig(
-            env_id=s.env, estimator=s.estimator, estimator_config=est_cfg, env_kwargs=env_kwargs,
+            env_id=s.env, estimator=s.estimator, estimator_config=est_cfg,
+            env_kwargs={**env_kwargs, **s.rollout_env_kwargs},
             episode=episode_config(s),
             fingerprint_layer=s.fingerprint_layer, summarizer=summarizer, loss=s.loss,
             advantage_control=s.advantage_control, eps_calibration=s.eps_calibration,
+            group_seeds=s.group_seeds,
             loss_overrides=_loss_overrides(s))
     except (ConfigError, ValueError) as e:  # an unknown estimator, config key or control
         raise SettingsError(str(e)) from None

@@ -190,6 +190,10 @@ class AgentGymConfig:
       (:data:`ADVANTAGE_CONTROLS`): ``"zero"`` (all zero: nothing may be learned), ``"sign_flip"`` (negated: success
       must fall), ``"shuffle"`` (each episode gets the mean advantage of another episode of the batch, a seeded
       permutation, spread over its own trained tokens); None = the estimator's advantages;
+    * ``group_seeds``: the seed each group resets with: ``"task"`` (task k's row seed at every visit, the default)
+      or ``"group"`` (a seed drawn from the run's seed, the step and the group's place in the batch, shared by its
+      G members), for envs whose episodes draw from the reset seed and should draw anew at each visit
+      (TextCraft's counterfactual worlds);
     * ``record_advantages``: keep what each loss call used (``trainer.ag_used_advantages``: dicts of
       ``advantages``, ``row`` (episode index in ``ag_last_episodes``), ``completion_ids``, ``completion_mask``,
       ``tool_mask``, rows in TRL's shuffled order).
@@ -211,6 +215,7 @@ class AgentGymConfig:
     record_advantages: bool = False
     advantage_control: str | None = None
     eps_calibration: str | None = None
+    group_seeds: str = "task"
 
     def __post_init__(self) -> None:
         from estimators import BiGPOConfig, make_config
@@ -219,6 +224,8 @@ class AgentGymConfig:
             raise ValueError(f"advantage_control must be None or one of {ADVANTAGE_CONTROLS}, got "
                              f"{self.advantage_control!r}")
         est = make_config(self.estimator, **self.estimator_config)  # unknown estimator / keys fail here, not mid-run
+        if self.group_seeds not in GROUP_SEEDS:
+            raise ValueError(f"group_seeds must be one of {GROUP_SEEDS}, got {self.group_seeds!r}")
         if self.eps_calibration not in (None, *EPS_CALIBRATIONS):
             raise ValueError(f"eps_calibration must be None or one of {EPS_CALIBRATIONS}, got "
                              f"{self.eps_calibration!r}")
@@ -237,6 +244,8 @@ ADVANTAGE_CONTROLS = ("zero", "sign_flip", "shuffle")
 #: on the first batch and keeps its eps for the whole run (:class:`estimators.EpsCalibrator`, as the paper does;
 #: checkpoints carry it), ``"each-batch"`` searches on every batch (the estimator's ``calibrate_eps=True``).
 EPS_CALIBRATIONS = ("once", "each-batch")
+#: How a group's reset seed is chosen (:class:`AgentGymConfig` ``group_seeds``).
+GROUP_SEEDS = ("task", "group")
 
 
 def control_advantages(token_adv: np.ndarray, loss_mask: np.ndarray, control: str | None,
@@ -348,8 +357,13 @@ class AgentGymGRPOTrainer(GRPOTrainer):
                                    "the adapter expects TRL's RepeatSampler order")
         specs = []
         for i, row in enumerate(rows):
-            specs.append((row.get("task_id"), int(row.get("seed", 0)), self._ag_group_counter + i // G,
-                          self._ag_traj_counter + i))
+            group = self._ag_group_counter + i // G
+            seed = int(row.get("seed", 0))
+            if self.ag.group_seeds == "group":  # a new draw at each visit, shared by the group's G members; keyed
+                # by the step (restored on --resume) and the group's place in the batch
+                seed = int(np.random.default_rng([int(self.args.seed), 2, int(self.state.global_step), i // G])
+                           .integers(2**31 - 1))
+            specs.append((row.get("task_id"), seed, group, self._ag_traj_counter + i))
         self._ag_group_counter += (len(rows) + G - 1) // G
         self._ag_traj_counter += len(rows)
         tok = self.processing_class

@@ -328,13 +328,34 @@ RUNS: dict[str, tuple[str, dict, str | None, tuple | None]] = {
     "hgpo-seq-mean-loss": ("hgpo", {}, None, None),
     "bipace-seq-mean-loss": ("bipace", {}, None, None),
     "grpo-token-mean-loss": ("grpo", {}, None, None),
+    # GRPO whose rollouts play TextCraft's counterfactual worlds (item words permuted and counts redrawn at every
+    # visit, held-out goal items never shown): recall cannot win there, only reading the recipe lines
+    "grpo-counterfactual-worlds": ("grpo", {}, None, ("textcraft-broad-counterfactual",)),
 }
 CONTROLS = ("control-zero", "control-sign_flip", "control-shuffle")
 #: run name -> ``agentgym train`` settings of its own (GRPO's recipe aggregates the loss per sequence,
 #: "seq-mean-token-mean"; GiGPO's per token over the batch, "token-mean")
 RUN_SETTINGS: dict[str, dict] = {"gigpo-seq-mean-loss": {"loss": "grpo"}, "hgpo-seq-mean-loss": {"loss": "grpo"},
                                  "bipace-seq-mean-loss": {"loss": "grpo"}, "grpo-token-mean-loss": {"loss": "gigpo"},
-                                 "bigpo-eps-once": {"eps_calibration": "once"}}
+                                 "bigpo-eps-once": {"eps_calibration": "once"},
+                                 # HELDOUT: the task set's held-out ids (resolved by run_settings)
+                                 "grpo-counterfactual-worlds": {"group_seeds": "group", "rollout_env_kwargs": {
+                                     "counterfactual": {"exclude_tasks": "HELDOUT"}}}}
+
+
+def run_settings(run: str, spec: "EnvSpec") -> dict:
+    """The ``agentgym train`` settings of ``run`` of its own (:data:`RUN_SETTINGS`), ``"HELDOUT"`` replaced by the
+    held-out task ids of ``spec``."""
+    _train, held = spec.tasks()
+
+    def fill(v):
+        if v == "HELDOUT":
+            return list(held)
+        if isinstance(v, dict):
+            return {k: fill(x) for k, x in v.items()}
+        return v
+
+    return fill(RUN_SETTINGS.get(run, {}))
 #: every estimator and control of TextCraft depth 1
 TEXTCRAFT_RUNS = ("grpo", "dr_grpo", "rloo", "dapo", "gigpo", "gigpo-returns-before-penalty", "hgpo", "bigpo",
                   "bigpo-eps-once", "bipace", "gvpo", "pvpo", "sgcd", *CONTROLS)
@@ -342,6 +363,8 @@ TEXTCRAFT_RUNS = ("grpo", "dr_grpo", "rloo", "dapo", "gigpo", "gigpo-returns-bef
 D12_RUNS = ("grpo", "gigpo", "hgpo", "bipace", "gigpo-seq-mean-loss", "hgpo-seq-mean-loss", "bipace-seq-mean-loss",
             "grpo-token-mean-loss", *CONTROLS)
 GENERALISATION_RUNS = ("grpo", "gigpo", *CONTROLS)
+#: the counterfactual warm start's set: the same, and GRPO on counterfactual worlds
+COUNTERFACTUAL_RUNS = ("grpo", "gigpo", "grpo-counterfactual-worlds", *CONTROLS)
 WIKI_RUNS = ("grpo", "gigpo", "igpo", "a2tgpo", *CONTROLS)
 
 
@@ -396,7 +419,8 @@ PROFILES = {
     "generalisation": Profile(envs=("textcraft-broad",), runs=GENERALISATION_RUNS, seeds=(0, 1, 2),
                               **{**_TC, **_BROAD}),
     # the generalisation set again, from a warm start on counterfactual (renamed) transcripts: does reading transfer?
-    "generalisation-counterfactual": Profile(envs=("textcraft-broad-counterfactual",), runs=GENERALISATION_RUNS,
+    # And GRPO whose rollouts play counterfactual worlds, where recall cannot win: can RL itself improve reading?
+    "generalisation-counterfactual": Profile(envs=("textcraft-broad-counterfactual",), runs=COUNTERFACTUAL_RUNS,
                                              seeds=(0, 1, 2), **{**_TC, **_BROAD}),
     # what transfers before any RL: the warm starts of the broad set, word- and character-level, trained on the
     # oracle's responses only or on the whole transcripts (no RL runs: the report's warm-start table)
@@ -606,7 +630,7 @@ def rl_run(spec: EnvSpec, prof: Profile, warm: Path, warm_key: dict, out: Path, 
 
     estimator, est_cfg, control, _ = RUNS[run]
     d = out / spec.name / f"seed{seed}" / run
-    extra = RUN_SETTINGS.get(run, {})
+    extra = run_settings(run, spec)
     key = _key({"what": "RL run", "run": run, "estimator": estimator, "estimator_config": est_cfg, "control": control,
                 "settings": extra, "seed": seed, "warm_start": _key_digest(warm_key), "spec": spec.identity(),
                 "profile": {k: v for k, v in asdict(prof).items() if k not in ("envs", "runs", "seeds", "env_runs",
@@ -712,6 +736,9 @@ def collect(out: Path, prof: Profile) -> dict:
                 r["diagnostics"] = {k: sum(m[k] for m in metrics if k in m) / max(1, sum(k in m for m in metrics))
                                     for k in DIAGNOSTICS if any(k in m for m in metrics)}
                 r["invalid_first_last"] = (sum(inv[:5]) / len(inv[:5]), sum(inv[-5:]) / len(inv[-5:])) if inv else None
+                won = [m["agentgym/success"] for m in metrics if "agentgym/success" in m]
+                q = max(1, len(won) // 4)
+                r["rollout_success_first_last"] = (sum(won[:q]) / q, sum(won[-q:]) / q) if won else None
                 runs.setdefault(env, {}).setdefault(run, []).append(r)
     return runs
 
@@ -792,8 +819,8 @@ def _env_table(env: str, by_run: dict) -> list[str]:
              "held-out sampled before → after | "
              "Δ held-out sampled (per seed) | held-out tasks won (sampled, of "
              f"{len(held)}) before → after | train greedy (hf:) before → after | held-out greedy (hf:) before → after "
-             "| invalid actions, steps 1-5 → last 5 | s/run |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| invalid actions, steps 1-5 → last 5 | rollout success, first → last quarter of steps | s/run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for run, recs in sorted(by_run.items(), key=lambda kv: list(RUNS).index(kv[0]) if kv[0] in RUNS else 99):
         recs = sorted(recs, key=lambda r: r["seed"])
         t0 = [r["train"]["0"]["sampled"] for r in recs]
@@ -810,12 +837,18 @@ def _env_table(env: str, by_run: dict) -> list[str]:
         dh = [b - a for a, b in zip(h0, h1)]
         inv0 = [r["invalid_first_last"][0] for r in recs if r.get("invalid_first_last")]
         inv1 = [r["invalid_first_last"][1] for r in recs if r.get("invalid_first_last")]
+        rs0 = [r["rollout_success_first_last"][0] for r in recs if r.get("rollout_success_first_last")]
+        rs1 = [r["rollout_success_first_last"][1] for r in recs if r.get("rollout_success_first_last")]
         wall = sum(r["wall_s"] for r in recs) / len(recs)
         lines.append(
             f"| {run} | {len(recs)} | {_ms(t0)} → {_ms(t1)} | {_ms(dt)} ({', '.join(f'{100 * x:+.1f}' for x in dt)}) "
             f"| {_ms(h0)} → {_ms(h1)} | {_ms(dh)} ({', '.join(f'{100 * x:+.1f}' for x in dh)}) | "
             f"{sum(won0) / len(won0):.1f} → {sum(won1) / len(won1):.1f} | {_ms(g0)} → {_ms(g1)} | "
-            f"{_ms(gh0)} → {_ms(gh1)} | {_ms(inv0)} → {_ms(inv1)} | {wall:.0f} |")
+            f"{_ms(gh0)} → {_ms(gh1)} | {_ms(inv0)} → {_ms(inv1)} | {_ms(rs0)} → {_ms(rs1)} | {wall:.0f} |")
+    own = [run for run in by_run if RUN_SETTINGS.get(run)]
+    if own:  # what the runs with settings of their own changed (HELDOUT: this set's held-out task ids)
+        lines += ["", "Runs with `agentgym train` settings of their own: " + "; ".join(
+            f"{run}: `{json.dumps(RUN_SETTINGS[run])}`" for run in sorted(own)) + "."]
     if spec.select == "textcraft-items":  # held-out goals whose recipe line no training text shows
         clean = set(unseen_recipe_tasks(spec.split, train, held))
         lines += ["", f"Held-out goals whose recipe line appears in no training task's context ({len(clean)} of "

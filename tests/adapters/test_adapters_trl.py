@@ -314,3 +314,62 @@ def test_adapters_trl_igpo_information_gain(wikisearch, tmp_path):
     batch = trainer.ag_last_batch
     process = ~(batch.done | batch.is_final_answer)
     assert process.any() and np.isfinite(batch.info_gain[process]).all()
+
+
+# ----------------------------------------------------------------------- a new reset seed per group (group_seeds)
+def test_adapters_trl_group_seeds_draw_a_new_world_at_each_visit(textcraft, tmp_path):
+    """``group_seeds="group"``: the G members of a group share one reset seed, and each visit of a task draws
+    another (here TextCraft's counterfactual worlds: the same task shows other names at its next visit); the
+    default keeps the task's row seed at every visit. ``agentgym train --rollout-env-kwargs`` reaches the rollouts
+    only: the warm start and the evaluation play ``--env-kwargs``."""
+    from adapters.train import TrainSettings, build_trainer, training_env_kwargs
+
+    tok, model_dir = textcraft
+    seen: dict[str, list] = {}
+    for mode in ("group", "task"):
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        args = GRPOConfig(output_dir=str(tmp_path / mode), per_device_train_batch_size=N_TASKS * G,
+                          num_generations=G, max_steps=2, use_cpu=True, bf16=False, report_to="none",
+                          save_strategy="no", learning_rate=1e-3, logging_steps=1, seed=0, disable_tqdm=True,
+                          max_completion_length=24)
+        ag = AgentGymConfig(env_id="TextCraft-v0", env_kwargs={"counterfactual": True}, group_seeds=mode,
+                            episode=EpisodeConfig(max_turns=1, max_new_tokens=8, max_completion_tokens=24,
+                                                  max_prompt_tokens=PROMPT_TOKENS))
+        trainer = AgentGymGRPOTrainer(model, args=args, train_dataset=make_task_dataset("TextCraft-v0", N_TASKS),
+                                      processing_class=tok, agentgym=ag)
+        visits = []
+        rollout = trainer.rollout_func  # TRL calls it once per generation batch
+
+        def recording(prompts, tr, _rollout=rollout, _visits=visits, _trainer=trainer):
+            out = _rollout(prompts, tr)
+            _visits.extend(_trainer.ag_last_episodes)
+            return out
+
+        trainer.rollout_func = recording
+        trainer.train()
+        seen[mode] = visits
+    for mode, episodes in seen.items():
+        groups: dict[int, list] = {}
+        for e in episodes:
+            groups.setdefault(e.group_id, []).append(e)
+        assert len(groups) == 2 * N_TASKS
+        for members in groups.values():  # one world per group
+            assert len({(e.task_id, e.seed, e.first_observation) for e in members}) == 1
+        by_task: dict[str, set] = {}
+        for members in groups.values():
+            by_task.setdefault(members[0].task_id, set()).add((members[0].seed, members[0].first_observation))
+        assert all(len(v) == 2 for v in by_task.values()) == (mode == "group")
+        assert all(len(v) == 1 for v in by_task.values()) == (mode == "task")
+    with pytest.raises(ValueError, match="group_seeds"):
+        AgentGymConfig(env_id="TextCraft-v0", group_seeds="episode")
+    import shutil
+
+    with_tok = tmp_path / "model"
+    shutil.copytree(model_dir, with_tok)
+    tok.save_pretrained(str(with_tok))
+    s = TrainSettings(model=str(with_tok), env="TextCraft-v0", split="gen-depth1", n_tasks=2, cpu=True,
+                      output_dir=str(tmp_path / "train"), rollout_env_kwargs={"counterfactual": True},
+                      group_seeds="group")
+    trainer = build_trainer(s)
+    assert trainer.ag.env_kwargs["counterfactual"] is True and trainer.ag.group_seeds == "group"
+    assert "counterfactual" not in training_env_kwargs(s)

