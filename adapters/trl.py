@@ -15,7 +15,8 @@ section 2:
   start): the trainer sets GRPOConfig's ``loss_type`` / ``epsilon`` / ``epsilon_high`` / ``delta`` (dual clip) /
   ``beta`` from it, and TRL's own loss computes the recipe wherever it can express it exactly
   (:data:`TRL_LOSS_TYPE`); ``_compute_loss`` switches to :func:`estimators.losses.policy_loss` with the recipe only
-  where it cannot: per-token clip scales (A2TGPO, IGPO with ``clip_lambda`` > 0) and the turn-level ratio.
+  where it cannot: per-token clip scales (A2TGPO, IGPO with ``clip_lambda`` > 0), the turn-level ratio, and a KL
+  term (TRL's k3 is unclamped, the spec's is clamped to [-10, 10]).
 
 The reward TRL logs is the episode return (sum of env rewards). Single process only for now (groups must not
 straddle processes; the constructor checks it).
@@ -79,9 +80,10 @@ ESTIMATOR_RECIPE: dict[str, str] = {
 #: "dr_grpo" divides by rows x ``max_completion_length`` (seq-mean-token-sum-norm with L_norm the completion
 #: budget). TRL's ``delta`` (clamp of the ratio at delta) equals the spec's dual clip c_dual in value and gradient
 #: (for A < 0 the loss is -A min(max(r, clip(r)), delta); for A > 0 it changes nothing while delta > 1 + eps_high),
-#: and ``beta`` adds beta x k3 KL before the same aggregation (TRL does not clamp k3 at 10, the spec does; the two
-#: differ only where a token's KL exceeds 10) provided ``use_bias_correction_kl`` is off (TRL 1.16's default
-#: multiplies the KL by the ratio, which the spec's k3 term does not). One more difference: TRL's "grpo" also counts
+#: and ``beta`` adds beta x k3 KL before the same aggregation, but unclamped where the spec clamps it to [-10, 10]
+#: (and multiplied by the ratio unless ``use_bias_correction_kl`` is off). That clamp binds in practice (a GRPO run
+#: of 1,500 steps on the lab's tiny model logged a mean unclamped KL of 50-100, a few tokens at e^z ~ 1e5), so a
+#: recipe with a KL term never goes to TRL's loss (:func:`loss_plan`). One more difference: TRL's "grpo" also counts
 #: rows without trained tokens in its row mean, the spec leaves them out; here every row holds generated tokens
 #: unless a dynamic-sampling filter zeroed its group (DAPO, whose recipe is token-mean).
 TRL_LOSS_TYPE: dict[str, str] = {"token-mean": "dapo", "seq-mean-token-mean": "grpo",
@@ -122,9 +124,11 @@ def loss_plan(estimator: str, estimator_config: dict | None = None, *, loss: str
     ``loss`` names a recipe to use instead (always through the adapter's ``policy_loss``); ``overrides`` replace
     recipe fields (e.g. ``{"kl_coef": 0.0}`` to train without a reference model). TRL computes the loss itself
     when it can express the recipe exactly: a token ratio, per-row sequences, one of the three aggregations of
-    :data:`TRL_LOSS_TYPE`, no per-token clip scales (A2TGPO, and IGPO with ``clip_lambda`` > 0, have them) and, for
-    Dr.GRPO, L_norm equal to TRL's ``max_completion_length`` (the recipe's L_norm defaults to the episode's
-    ``completion_budget``)."""
+    :data:`TRL_LOSS_TYPE`, no per-token clip scales (A2TGPO, and IGPO with ``clip_lambda`` > 0, have them), for
+    Dr.GRPO L_norm equal to TRL's ``max_completion_length`` (the recipe's L_norm defaults to the episode's
+    ``completion_budget``), and no KL term (TRL's k3 is not clamped to [-10, 10] as the recipe's is: GRPO's,
+    GiGPO's, BiPACE's and PVPO's recipes, which have one, use the adapter's loss; TRL still computes the reference
+    log-probs, ``beta`` is set)."""
     from estimators import make_config
     from estimators.losses import get_recipe
 
@@ -148,6 +152,11 @@ def loss_plan(estimator: str, estimator_config: dict | None = None, *, loss: str
     elif recipe.agg == "seq-mean-token-sum-norm" and l_norm is not None and max_completion_length is not None \
             and int(l_norm) != int(max_completion_length):
         reason = f"L_norm {l_norm} differs from TRL's max_completion_length {max_completion_length}"
+    elif recipe.kl_coef > 0:
+        # TRL adds exp(z) - z - 1 unclamped; the recipe's k3 (spec 6.3, verl's low_var_kl) clamps it to [-10, 10].
+        # The two agree only while every token's KL is small: one sampled token the policy has since made rare
+        # (z = 12) gives TRL a KL of ~1.6e5 whose gradient outweighs the whole policy-gradient term.
+        reason = "TRL's k3 KL is unclamped; the recipe clamps it to [-10, 10]"
     else:
         return LossPlan(estimator, name, recipe, False, trl, "TRL expresses the recipe exactly", l_norm)
     return LossPlan(estimator, name, recipe, True, trl, reason, l_norm)
@@ -569,7 +578,8 @@ class AgentGymGRPOTrainer(GRPOTrainer):
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         ids = torch.cat([prompt_ids, completion_ids], dim=1)
         att = torch.cat([prompt_mask, completion_mask], dim=1)
-        logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, att, completion_ids.size(1))
+        logps, entropies = self._get_per_token_logps_and_entropies(model, ids, att, completion_ids.size(1),
+                                                                   compute_entropy=True)[:2]
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
         mask = completion_mask * inputs["tool_mask"] if "tool_mask" in inputs else completion_mask
@@ -591,4 +601,9 @@ class AgentGymGRPOTrainer(GRPOTrainer):
             global_token_count=float(norm) if cfg.agg == "token-mean" else None, global_seq_count=n_seq)
         for k, v in metrics.items():
             self._metrics[mode][f"agentgym/loss/{k}"].append(float(v))
+        # TRL's own loss logs these two; keep them under the same names on this route (``kl``: the recipe's clamped k3)
+        m = mask.to(entropies.dtype)
+        self._metrics[mode]["entropy"].append(float((entropies.detach() * m).sum() / m.sum().clamp(min=1.0)))
+        if "kl" in metrics:
+            self._metrics[mode]["kl"].append(metrics["kl"])
         return loss

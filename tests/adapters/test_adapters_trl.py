@@ -204,7 +204,9 @@ def test_adapters_trl_loss_plan_is_the_spec_recipe(name):
     # the recipe of the estimator's own name where the spec has one (GVPO: clip high 0.28, seq-mean-token-mean)
     want = get_recipe(name) if name in estimators.losses.RECIPES else get_recipe(ESTIMATOR_RECIPE[name])
     assert plan.recipe == want and plan.recipe_name == ESTIMATOR_RECIPE[name]
-    assert plan.custom == (name == "a2tgpo")  # the turn ratio and per-token clip scales: the adapter's loss
+    # the adapter's loss: A2TGPO (turn ratio, per-token clip scales) and every recipe with a KL term (TRL's is not
+    # clamped to [-10, 10]: test_adapters_trl_kl_is_clamped_as_the_recipe_says)
+    assert plan.custom == (name == "a2tgpo" or want.kl_coef > 0)
     if not plan.custom:  # TRL's fields encode every field of the recipe (dual clip included)
         assert _recipe_of_trl(plan.trl).c_dual == want.c_dual == 3.0
         assert _recipe_of_trl(plan.trl) == dataclasses.replace(want, dual_clip=3.0)
@@ -220,6 +222,7 @@ def test_adapters_trl_loss_plan_routes():
     # Dr.GRPO's L_norm is the episode budget: TRL's dr_grpo only when max_completion_length is that budget
     assert not loss_plan("dr_grpo", max_completion_length=96, completion_budget=96).custom
     assert loss_plan("dr_grpo", max_completion_length=128, completion_budget=96).custom
+    assert loss_plan("gigpo").custom and "unclamped" in loss_plan("gigpo").reason  # its KL term
     over = loss_plan("gigpo", overrides={"kl_coef": 0.0, "clip_high": 0.28})
     assert not over.custom and over.trl["beta"] == 0.0 and over.trl["epsilon_high"] == 0.28
     with pytest.raises(ValueError, match="no loss recipe"):
@@ -255,7 +258,7 @@ def test_adapters_trl_builtin_loss_equals_the_recipe(textcraft, tmp_path):
     params = [p for p in model.parameters() if p.requires_grad]
     routed = [n for n in estimators.available()
               if not loss_plan(n, {"v_table": StaticValueTable({})} if n == "pvpo" else {}).custom]
-    assert {"grpo", "dr_grpo", "dapo", "gvpo", "gigpo", "bipace", "sgcd"} <= set(routed)
+    assert {"dr_grpo", "dapo", "gvpo", "sgcd"} <= set(routed)
     for name in routed:
         plan = loss_plan(name, {"v_table": StaticValueTable({})} if name == "pvpo" else {},
                          max_completion_length=trainer.max_completion_length,
@@ -275,6 +278,45 @@ def test_adapters_trl_builtin_loss_equals_the_recipe(textcraft, tmp_path):
         g_ours = torch.autograd.grad(ours, params)
         for a, b in zip(g_trl, g_ours):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_adapters_trl_kl_is_clamped_as_the_recipe_says(textcraft, tmp_path):
+    """GRPO's recipe has a k3 KL term clamped to [-10, 10] (spec 6.3, verl's ``low_var_kl``). Where a token the
+    policy has made rare was likely under the reference (z = ref - log pi of 12-15), TRL's unclamped term is
+    ~1e5 times larger and its gradient swamps the policy gradient; the adapter's loss is the recipe's."""
+    tok, model_dir = textcraft
+    trainer, model = _trainer(tok, model_dir, "TextCraft-v0", "grpo", tmp_path, steps=1)
+    assert trainer._ag_custom_loss and trainer.beta == 0.001  # TRL still computes reference log-probs
+    model.eval()  # the loss's "eval" mode: one batch, no accumulation window
+    trainer.ag.record_advantages = False  # hand-made inputs: no rollout rows to record
+    g = torch.Generator().manual_seed(1)
+    B, P, T = 4, 5, 7
+    V = model.config.vocab_size
+    comp_mask = torch.ones(B, T, dtype=torch.long)
+    comp_mask[2, 4:] = 0
+    inputs = {"prompt_ids": torch.randint(4, V, (B, P), generator=g), "prompt_mask": torch.ones(B, P, dtype=torch.long),
+              "completion_ids": torch.randint(4, V, (B, T), generator=g), "completion_mask": comp_mask,
+              "advantages": torch.randn(B, T, generator=g)}
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    att = torch.cat([inputs["prompt_mask"], comp_mask], 1)
+    with torch.no_grad():
+        lp0, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, att, T)
+    ref = lp0 + 0.3 * torch.randn(B, T, generator=g)
+    ref[0, 1] = lp0[0, 1] + 15.0  # two tokens far more likely under the reference: the clamp binds there
+    ref[3, 2] = lp0[3, 2] + 12.0
+    inputs.update(old_per_token_logps=lp0.clone(), ref_per_token_logps=ref, num_items_in_batch=comp_mask.sum())
+    params = [p for p in model.parameters() if p.requires_grad]
+    ours = trainer._compute_loss(model, dict(inputs))
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, att, T)
+    want, m = policy_loss(logps, lp0, inputs["advantages"], comp_mask, get_recipe("grpo"), ref_logprob=ref)
+    torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-7)
+    assert m["kl"] <= 10.0 and trainer._metrics["eval"]["kl"][-1] == pytest.approx(m["kl"])
+    assert len(trainer._metrics["eval"]["entropy"]) == 1
+    trl_loss = GRPOTrainer._compute_loss(trainer, model, dict(inputs))  # TRL's own: the unclamped KL
+    assert float(trl_loss) > float(ours) + 0.001 * 1e4
+    g_ours = torch.cat([x.flatten() for x in torch.autograd.grad(ours, params)])
+    g_trl = torch.cat([x.flatten() for x in torch.autograd.grad(trl_loss, params)])
+    assert g_trl.norm() > 100 * g_ours.norm()
 
 
 # ------------------------------------------------------------------- one-step smoke runs of the other estimators
@@ -310,7 +352,8 @@ def test_adapters_trl_igpo_information_gain(wikisearch, tmp_path):
     tok, model_dir = wikisearch
     trainer, before, after = _train(tok, model_dir, "WikiSearch-v0", "igpo", tmp_path, steps=1, budget=96)
     _check(trainer, before, after, "igpo", steps=1)
-    assert not trainer.ag_loss_plan.custom  # IGPO's fixed clip: TRL's loss with GRPO's recipe
+    # IGPO's fixed clip takes GRPO's recipe, whose KL term TRL would not clamp: the adapter's loss
+    assert trainer.ag_loss_plan.custom and trainer.ag_loss_plan.recipe_name == "grpo"
     batch = trainer.ag_last_batch
     process = ~(batch.done | batch.is_final_answer)
     assert process.any() and np.isfinite(batch.info_gain[process]).all()
