@@ -23,6 +23,11 @@ the 100-step draws (seeds 1-3, and seed 0 under each of the six numeric configur
 kernels, ``MKL_ENABLE_INSTRUCTIONS=AVX2`` and ``=SSE4_2``, one and two threads) GRPO closed 0.22-0.62 of the gap, the
 sign flip ended at 0.0-0.8 %, and GRPO ended at least 43 points above it. The test asks 0.08, 0.3 x the start and 25
 points. It takes about 2-3 minutes on one core.
+
+Re-measured on a 2-core AMD EPYC after the KL term became the recipe's clamped one (2026-12-07,
+``benchmarks/learning_analysis_2026-12-07.md`` section 7): 0.43 of the gap under all six configurations (MKL
+ignores ``MKL_ENABLE_INSTRUCTIONS`` on that CPU, so they are one draw), 0.32 with ``ATEN_CPU_CAPABILITY=default``
+and 0.17 with ``MKL_CBWR=COMPATIBLE``, which are two more draws.
 """
 
 from __future__ import annotations
