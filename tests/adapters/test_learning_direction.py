@@ -28,6 +28,11 @@ Re-measured on a 2-core AMD EPYC after the KL term became the recipe's clamped o
 ``benchmarks/learning_analysis_2026-12-07.md`` section 7): 0.43 of the gap under all six configurations (MKL
 ignores ``MKL_ENABLE_INSTRUCTIONS`` on that CPU, so they are one draw), 0.32 with ``ATEN_CPU_CAPABILITY=default``
 and 0.17 with ``MKL_CBWR=COMPATIBLE``, which are two more draws.
+
+Re-measured on a 2-core Intel Xeon (AVX-512, AMX) with the clamped KL term (2026-12-07,
+``benchmarks/learning_analysis_2026-12-07.md`` section 12), where MKL does honour the setting (the three settings give
+three different matrix products): GRPO closed 0.41 and 0.46 of the gap (AVX-512, 1 and 2 threads), 0.24 and 0.27
+(AVX2), 0.44 and 0.44 (SSE4.2); the sign flip ended at 0.0-0.8 %.
 """
 
 from __future__ import annotations
