@@ -289,12 +289,16 @@ def create_app(server: AgentGymServer) -> FastAPI:
 class _SessionClock:
     """Ends a session that sends nothing: a pending one ``first_reset_timeout_s`` after its accept, an open one
     ``idle_timeout_s`` after its last message (never while a message of its own is being handled). One timer per
-    session, re-armed only when it fires early (no timer per message)."""
+    session, re-armed only when it fires early (no timer per message).
+
+    While a session is pending, the timer never waits longer than ``idle_timeout_s``: its first reset moves its
+    deadline to ``last_activity_at + idle_timeout_s``, which may come before the first-reset deadline (an idle
+    timeout of 1.5 s under the default 30 s first-reset timeout), and the next check must not sleep past it."""
 
     def __init__(self, session, cfg: ServeConfig, end: Callable[[dict], None]):
         self.session, self.cfg, self.end = session, cfg, end
         self.loop = asyncio.get_running_loop()
-        self.timer = self.loop.call_later(cfg.first_reset_timeout_s, self._check)
+        self.timer = self.loop.call_later(min(cfg.first_reset_timeout_s, cfg.idle_timeout_s), self._check)
 
     def _check(self) -> None:
         s, cfg, now = self.session, self.cfg, time.time()
@@ -305,7 +309,10 @@ class _SessionClock:
             deadline = s.last_activity_at + cfg.idle_timeout_s
             why = f"session idle for {cfg.idle_timeout_s:g} s: closed, its env freed"
         if s.busy or now < deadline:
-            self.timer = self.loop.call_later(max(deadline - now, 0.05) if not s.busy else 1.0, self._check)
+            wait = 1.0 if s.busy else max(deadline - now, 0.05)
+            if s.env is None:  # still pending: wake in time for the idle deadline a first reset would set
+                wait = min(wait, cfg.idle_timeout_s)
+            self.timer = self.loop.call_later(wait, self._check)
             return
         self.timer = None
         self.end(error_frame(SESSION_ERROR, why))

@@ -305,8 +305,10 @@ def test_serve_env_failures_and_bounds(wait_until, caplog):
         return _FlakyTextCraft(release)
 
     # offload: the injected stall must run on the session's thread, where the step timeout applies
+    # a first-reset clock far longer than the idle clock: an open session must be reaped on the idle clock alone
+    # (it once waited for the first-reset timer, and a reap at 30 s raced the client's 30 s wait)
     cfg = ServeConfig(env_id="TextCraft-v0", split="adapt-test", max_sessions=2, idle_timeout_s=1.5,
-                      step_timeout_s=1.0, max_message_bytes=4096, offload=True)
+                      first_reset_timeout_s=600.0, step_timeout_s=1.0, max_message_bytes=4096, offload=True)
     server = AgentGymServer(cfg, make_env=make_env)  # the probe makes env 1
     with _running(server, wait_until) as url:
         ws_url = "ws" + url[4:] + "/ws"
