@@ -197,6 +197,16 @@ def repairs(args) -> dict:
     return res
 
 
+def _refusal_kind(observation: str) -> str:
+    """TextCraft's refusal, by kind: ``not enough items`` (a craft short of an ingredient), ``find`` (a name the game
+    does not have), ``execute`` (an action it cannot parse), or the message's head."""
+    if "enough items" in observation:
+        return "not enough items"
+    if observation.startswith("Could not "):
+        return observation[len("Could not "):].split(" ", 1)[0]
+    return observation.split(":", 1)[0]
+
+
 def refusals(args) -> dict:
     """Held-out episodes at 8 turns (16 per goal, their own sampling streams): the first refused action of each by
     kind, how many of those episodes were won, and how many actions after a first refusal are well formed."""
@@ -220,9 +230,7 @@ def refusals(args) -> dict:
             continue
         refused += 1
         won_after_refusal += bool(e.won)
-        obs = e.turns[first].observation
-        kinds["not enough items" if "enough items" in obs else re.sub(r" .*", "", obs[len("Could not "):])
-              if obs.startswith("Could not") else obs.split(":")[0]] += 1
+        kinds[_refusal_kind(e.turns[first].observation)] += 1
         for t in e.turns[first + 1:]:
             after += 1
             well_formed_after += bool(WELL_FORMED.fullmatch(t.response.strip()))
