@@ -144,8 +144,9 @@ def repairs(args) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model_dir = warm
-    res: dict = {"seed": args.seed, "share": args.share, "kinds": sorted(kinds), "steps": args.steps,
-                 "batch_size": args.batch_size, "learning_rate": args.lr, "stream_seed": args.stream_seed}
+    res: dict = {"seed": args.seed, "share": args.share, "kinds": sorted(kinds) if args.share > 0 else [],
+                 "steps": args.steps, "batch_size": args.batch_size, "learning_rate": args.lr,
+                 "stream_seed": args.stream_seed}
     if args.steps > 0:
         torch.manual_seed(args.seed)  # the probes of section 13 seeded torch so, before loading
         renamer = Renamer(_transcripts(warm / "data" / "sft.jsonl"),
