@@ -25,7 +25,7 @@ import logging
 import random
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -160,13 +160,21 @@ def response_labels(tokenizer: Any, text: str, open_tag: str = "<action>",
 
 
 def train_counterfactual(model: Any, tokenizer: Any, renamer: Renamer, config: CounterfactualConfig | None = None,
-                         log_every: int = 500) -> list[dict]:
+                         log_every: int = 500,
+                         row: Callable[[random.Random], tuple[list[int], list[int]]] | None = None) -> list[dict]:
     """Train ``model`` in place on ``config.steps`` batches of renamed transcripts (module docstring); returns the
-    logged losses (``{"step", "loss"}``, a running mean)."""
+    logged losses (``{"step", "loss"}``, a running mean).
+
+    ``row`` (optional) draws one training row, ``(ids, labels)``, from the stream's ``random.Random``; by default a
+    renamed transcript and :func:`response_labels`. Probes pass their own (transcripts with mistakes written in,
+    ``benchmarks/learning_probes.py``) and keep this loop."""
     import torch
 
     cfg = config or CounterfactualConfig()
     rng = random.Random(cfg.seed)
+    if row is None:
+        def row(r: random.Random) -> tuple[list[int], list[int]]:
+            return response_labels(tokenizer, renamer.sample(r))
     opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
 
     def factor(step: int) -> float:
@@ -177,7 +185,7 @@ def train_counterfactual(model: Any, tokenizer: Any, renamer: Renamer, config: C
     model.train()
     log, running = [], None
     for step in range(1, cfg.steps + 1):
-        rows = [response_labels(tokenizer, renamer.sample(rng)) for _ in range(cfg.batch_size)]
+        rows = [row(rng) for _ in range(cfg.batch_size)]
         width = max(len(ids) for ids, _ in rows)
         inp = torch.full((len(rows), width), pad, dtype=torch.long)
         lab = torch.full((len(rows), width), -100, dtype=torch.long)

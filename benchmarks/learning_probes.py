@@ -36,7 +36,6 @@ import logging
 import random
 import re
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -130,7 +129,7 @@ def repairs(args) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from adapters.counterfactual import Renamer
+    from adapters.counterfactual import CounterfactualConfig, Renamer, train_counterfactual
     from adapters.warm_start import _other_goal_items, _transcripts  # the warm start's own transcript reading
 
     warm = Path(args.runs) / ENV / f"seed{args.seed}" / "warm-start"
@@ -153,37 +152,14 @@ def repairs(args) -> dict:
                           exclude=_other_goal_items(spec.env_id, {"split": spec.split}, list(train)))
         tok = AutoTokenizer.from_pretrained(warm)
         model = AutoModelForCausalLM.from_pretrained(warm)
-        rng = random.Random(args.stream_seed)
-        opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: min(1.0, (s + 1) / 50) * max(0.05, 1 - s / args.steps))
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        model.train()
-        t0, running = time.time(), None
-        for step in range(1, args.steps + 1):
-            rows = [_training_row(renamer, tok, rng, args.share, kinds) for _ in range(args.batch_size)]
-            width = max(len(i) for i, _ in rows)
-            inp = torch.full((len(rows), width), pad)
-            lab_t = torch.full((len(rows), width), -100)
-            att = torch.zeros((len(rows), width), dtype=torch.long)
-            for b, (i, lbl) in enumerate(rows):
-                inp[b, :len(i)], lab_t[b, :len(i)], att[b, :len(i)] = torch.tensor(i), torch.tensor(lbl), 1
-            logits = model(input_ids=inp, attention_mask=att).logits
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), lab_t.reshape(-1),
-                                                     ignore_index=-100)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
-            if step % 250 == 0 or step == args.steps:
-                print(f"step {step}/{args.steps}  loss {running:.3f}  {time.time() - t0:.0f} s", flush=True)
-        model.eval()
+        cfg = CounterfactualConfig(steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
+                                   warmup_steps=50, seed=args.stream_seed)
+        losses = train_counterfactual(model, tok, renamer, cfg, log_every=250,
+                                      row=lambda rng: _training_row(renamer, tok, rng, args.share, kinds))
         model_dir = out / "model"
         model.save_pretrained(model_dir)
         tok.save_pretrained(model_dir)
-        res["final_loss_ema"] = running
+        res["final_loss_ema"] = losses[-1]["loss"]
     res["model"] = str(model_dir)
     for turns in (4, 8):
         sp = replace(spec, name=f"{spec.name}-t{turns}", max_turns=turns,
@@ -262,6 +238,7 @@ def main(argv=None) -> int:
     f.add_argument("--turns", type=int, default=8)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("adapters.counterfactual").setLevel(logging.INFO)  # the training's progress
     res = repairs(args) if args.probe == "repairs" else refusals(args)
     print("RESULT " + json.dumps(res), flush=True)
     return 0
