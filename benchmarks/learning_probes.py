@@ -48,8 +48,6 @@ PROFILE = "generalisation-counterfactual"
 WELL_FORMED = re.compile(r"<action>(get|craft) [^<]+</action>")
 REFUSED = ("Could not", "Wrong item")
 
-logger = logging.getLogger("learning_probes")
-
 
 def _context(recipes, goal: int) -> str:
     """A transcript's first observation (crafting commands and goal), the head of its oracle transcript."""
